@@ -1,0 +1,360 @@
+"""The fit and evaluation loops. They call the Strategy and Precision; they never branch on them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer import data
+from trainer.results import Results
+from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+    from trainer.module import Module
+    from trainer.trainer import Trainer
+
+
+# ---- fit ---------------------------------------------------------------------------------
+def run_fit(
+    trainer: Trainer, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any
+) -> None:
+    """Set up, restore if asked, sanity-check, then train epoch by epoch."""
+    train_loader, val_loaders = resolve_loaders(module, "fit", train, val, datamodule)
+    if train_loader is None:
+        raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+    trainer.stage = "fit"
+    with prepare_run(trainer, module, "fit") as run:
+        from trainer.optim import parse_optimizers
+
+        trainer.optimizers, trainer.lr_schedulers = parse_optimizers(module.configure_optimizers())
+        trainer.train_dataloader = data.prepare_train_loader(
+            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
+        )
+        trainer.val_dataloaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank)
+                                   for v in val_loaders]
+        trainer.num_training_batches = data.num_batches(trainer.train_dataloader, trainer.limits["train"])
+        if trainer.num_training_batches == 0:
+            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
+        run.restore(ckpt_path)
+        call_hook(trainer, "on_fit_start")
+        if not run.resumed:
+            _sanity_check(trainer)
+        with signals_to_flags(trainer):
+            _fit_epochs(trainer)
+        if trainer.signal_received is not None:
+            _save_and_exit(trainer)
+        call_hook(trainer, "on_fit_end")
+
+
+def _save_and_exit(trainer: Trainer) -> None:
+    """A signal stopped the loop at a step boundary: save ``interrupted.ckpt``, then leave.
+
+    Ctrl-C re-raises KeyboardInterrupt; SIGTERM / the requeue signal end the process cleanly.
+    """
+    from trainer.state import save_trainer_checkpoint
+
+    name = trainer.signal_received
+    folder = trainer.checkpoint_dir
+    path = folder / "interrupted.ckpt"
+    save_trainer_checkpoint(trainer, path)
+    if trainer.is_global_zero:
+        print(f"steadytrain: {name} received; saved {path} at epoch {trainer.current_epoch}, "
+              f"step {trainer.global_step}.", flush=True)
+    if name == "SIGINT":
+        raise KeyboardInterrupt
+    raise SystemExit(0)
+
+
+def _sanity_check(trainer: Trainer) -> None:
+    """Run a few validation batches first, so a bug there shows before hours of training."""
+    steps = trainer.num_sanity_val_steps
+    if steps == 0 or not trainer.val_dataloaders:
+        return
+    from trainer.seed import rng_state, set_rng_state
+
+    state = rng_state()  # the check must not shift any RNG stream of the real run
+    trainer.sanity_checking = True
+    try:
+        evaluate(trainer, "validation", trainer.val_dataloaders, limit=None if steps < 0 else steps)
+    finally:
+        trainer.sanity_checking = False
+        set_rng_state(state)
+        trainer.callback_metrics = {}
+
+
+def _fit_epochs(trainer: Trainer) -> None:
+    assert trainer.train_dataloader is not None
+    while not trainer.should_stop and (trainer.max_epochs is None or trainer.current_epoch < trainer.max_epochs):
+        if 0 <= trainer.max_steps <= trainer.global_step:
+            break
+        loader = trainer.train_dataloader
+        skip = trainer.batches_done
+        if skip == 0:
+            _resume_rng_now(trainer)
+            trainer.epoch_rng = data.capture_epoch_rng(loader)
+        data.restore_epoch_rng(loader, trainer.epoch_rng)  # no-op unless resuming mid-epoch
+        data.set_epoch(loader, trainer.current_epoch)
+        train_epoch(trainer, loader, skip)
+        if trainer.signal_received is not None:
+            break
+        _end_epoch(trainer)
+        trainer.current_epoch += 1
+        trainer.batches_done = 0
+
+
+def _end_epoch(trainer: Trainer) -> None:
+    """Epoch-level logging, validation, epoch schedulers, then on_train_epoch_end (checkpoints)."""
+    from trainer.run import log_epoch_metrics
+
+    log_epoch_metrics(trainer, trainer.results, "train")
+    every = trainer.check_val_every_n_epoch
+    if trainer.val_dataloaders and every is not None and (trainer.current_epoch + 1) % every == 0:
+        evaluate(trainer, "validation", trainer.val_dataloaders, trainer.limits["validation"])
+    for config in trainer.lr_schedulers:
+        if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0:
+            _step_scheduler(trainer, config)
+    trainer.batches_done = trainer.num_training_batches if math.isfinite(trainer.num_training_batches) else 0
+    trainer.epoch_finished = True
+    call_hook(trainer, "on_train_epoch_end")
+    trainer.epoch_finished = False
+
+
+def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> None:
+    """Train one epoch from batch ``skip`` (> 0 only when resuming mid-epoch)."""
+    module = trainer.module
+    assert module is not None
+    module.train()
+    trainer.results = results = Results("train", trainer.strategy)
+    if skip == 0:
+        call_hook(trainer, "on_train_epoch_start")
+    strategy = trainer.strategy
+    batches = _resumed_iterator(trainer, loader, skip) if skip else iter(loader)
+    limit = trainer.num_training_batches
+    for batch_idx, batch in enumerate(batches, start=skip):
+        if batch_idx >= limit:
+            break
+        _train_batch(trainer, module, results, batch, batch_idx)
+        if strategy.reduce_boolean_decision(trainer.signal_received is not None):
+            trainer.signal_received = trainer.signal_received or "SIGTERM"
+            break
+        if trainer.should_stop:
+            break
+        if 0 <= trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+            break
+
+
+def _resume_rng_now(trainer: Trainer) -> None:
+    if trainer.resume_rng is not None:
+        from trainer.seed import set_rng_state
+
+        set_rng_state(trainer.resume_rng)
+        trainer.resume_rng = None
+
+
+def _resumed_iterator(trainer: Trainer, loader: DataLoader[Any], skip: int) -> Iterator[Any]:
+    """Skip finished batches at the index level, then continue the checkpoint's RNG stream."""
+    iterator = iter(data.skip_batches(loader, skip))
+    _resume_rng_now(trainer)
+    return iterator
+
+
+def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any, batch_idx: int) -> None:
+    strategy, precision, callbacks = trainer.strategy, trainer.precision, trainer.callbacks
+    batch = strategy.batch_to_device(batch)
+    results.batch = batch
+    for cb in callbacks:
+        cb.on_train_batch_start(trainer, module, batch, batch_idx)
+    window = _window_size(trainer, batch_idx)
+    should_step = window == 0
+    with strategy.no_sync(not should_step):
+        with precision.forward_context():
+            output = strategy.training_step(batch, batch_idx)
+        loss = _loss_of(output, trainer.global_step)
+        skip = trainer.on_nonfinite_loss != "off" and not _finite(trainer, loss)
+        if not skip:
+            precision.backward(loss if trainer.accumulate_grad_batches == 1 else loss / _divisor(trainer, batch_idx))
+    if should_step:
+        _optimizer_step(trainer, module)
+    trainer.batches_done = batch_idx + 1
+    trainer.last_loss = loss.detach()
+    if should_step and trainer.global_step % trainer.log_every_n_steps == 0:
+        from trainer.run import log_step_metrics
+
+        log_step_metrics(trainer, results)
+    for cb in callbacks:
+        cb.on_train_batch_end(trainer, module, output, batch, batch_idx)
+
+
+def _window_size(trainer: Trainer, batch_idx: int) -> int:
+    """0 when this micro-batch closes an accumulation window, else the batches still to come."""
+    accumulate = trainer.accumulate_grad_batches
+    if accumulate == 1:
+        return 0
+    total = trainer.num_training_batches
+    if (batch_idx + 1) % accumulate == 0 or batch_idx + 1 >= total:
+        return 0
+    return accumulate - (batch_idx + 1) % accumulate
+
+
+def _divisor(trainer: Trainer, batch_idx: int) -> float:
+    """Micro-batches in this window: a last partial window averages over what it has."""
+    accumulate = trainer.accumulate_grad_batches
+    start = batch_idx - batch_idx % accumulate
+    total = trainer.num_training_batches
+    return float(min(accumulate, total - start)) if math.isfinite(total) else float(accumulate)
+
+
+def _loss_of(output: Any, step: int) -> torch.Tensor:
+    loss = output.get("loss") if isinstance(output, dict) else output
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"training_step must return a loss tensor or a dict with 'loss'; got {type(output).__name__} "
+            f"at global step {step}."
+        )
+    if loss.numel() != 1:
+        raise ValueError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar.")
+    if not loss.requires_grad:
+        raise ValueError(
+            "training_step returned a loss that does not require grad (was it computed under no_grad, "
+            "or detached?)."
+        )
+    return loss
+
+
+def _finite(trainer: Trainer, loss: torch.Tensor) -> bool:
+    if bool(torch.isfinite(loss)):
+        return True
+    if trainer.on_nonfinite_loss == "raise":
+        raise FloatingPointError(
+            f"training_step returned a non-finite loss ({loss.item()}) at epoch {trainer.current_epoch}, "
+            f"global step {trainer.global_step}; pass on_nonfinite_loss='skip' to skip such batches."
+        )
+    return False
+
+
+def _optimizer_step(trainer: Trainer, module: Module) -> None:
+    precision = trainer.precision
+    for optimizer in trainer.optimizers:
+        for cb in trainer.callbacks:
+            cb.on_before_optimizer_step(trainer, module, optimizer)
+        if trainer.gradient_clip_val is not None:
+            precision.unscale_(optimizer)
+            _clip(trainer, optimizer)
+        precision.optimizer_step(optimizer)
+    stepped = precision.update()
+    for optimizer in trainer.optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    trainer.global_step += 1
+    if stepped:
+        for config in trainer.lr_schedulers:
+            if config.interval == "step" and trainer.global_step % config.frequency == 0:
+                _step_scheduler(trainer, config)
+
+
+def _clip(trainer: Trainer, optimizer: torch.optim.Optimizer) -> None:
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    assert trainer.gradient_clip_val is not None
+    if trainer.gradient_clip_algorithm == "norm":
+        torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
+    else:
+        torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
+
+
+def _step_scheduler(trainer: Trainer, config: Any) -> None:
+    if not config.needs_metric:
+        config.scheduler.step()
+        return
+    value = trainer.callback_metrics.get(config.monitor)
+    if value is None:
+        if trainer.sanity_checking:
+            return
+        raise KeyError(
+            f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged: "
+            f"{sorted(trainer.callback_metrics) or 'nothing'}."
+        )
+    config.scheduler.step(float(value))
+
+
+# ---- evaluation --------------------------------------------------------------------------
+def evaluate(trainer: Trainer, stage: str, loaders: list[Any], limit: int | float | None) -> dict[str, float]:
+    """Every sample once across ranks; epoch metrics reduced exactly. Returns them as floats."""
+    module = trainer.module
+    assert module is not None
+    was_training = module.training
+    previous = trainer.results
+    trainer.results = results = Results(stage, trainer.strategy)
+    module.eval()
+    call_hook(trainer, f"on_{stage}_epoch_start")
+    with torch.no_grad():
+        for loader in loaders:
+            _eval_loader(trainer, module, results, stage, loader, limit)
+    call_hook(trainer, f"on_{stage}_epoch_end")
+    from trainer.run import log_epoch_metrics
+
+    metrics = log_epoch_metrics(trainer, results, stage)
+    trainer.results = previous
+    module.train(was_training)
+    return metrics
+
+
+def _eval_loader(
+    trainer: Trainer, module: Module, results: Results, stage: str, loader: Any, limit: int | float | None
+) -> None:
+    strategy, precision = trainer.strategy, trainer.precision
+    total = data.num_batches(loader, limit)
+    hook = f"on_{stage}_batch_end"
+    for batch_idx, batch in enumerate(loader):
+        if batch_idx >= total:
+            break
+        batch = strategy.batch_to_device(batch)
+        results.batch = batch
+        with precision.forward_context():
+            output = strategy.eval_step(stage, batch, batch_idx)
+        for cb in trainer.callbacks:
+            getattr(cb, hook, _noop)(trainer, module, output, batch, batch_idx)
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+def run_evaluation(
+    trainer: Trainer, stage: str, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
+) -> list[dict[str, float]]:
+    """``Trainer.validate``/``test``: load weights if asked, evaluate, return the metrics."""
+    eval_loaders, _ = resolve_loaders(module, stage, loaders, None, datamodule)
+    if not hasattr(module, f"{stage}_step"):
+        raise AttributeError(f"{type(module).__name__} has no {stage}_step(); define it to run {stage}.")
+    trainer.stage = stage
+    with prepare_run(trainer, module, stage) as run:
+        run.restore(ckpt_path, weights_only=True)
+        prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders]
+        metrics = evaluate(trainer, stage, prepared, trainer.limits[stage])
+    return [metrics]
+
+
+def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any) -> list[Any]:
+    """``Trainer.predict``: outputs of ``predict_step`` for this rank's share, in order."""
+    pred_loaders, _ = resolve_loaders(module, "predict", loaders, None, datamodule)
+    trainer.stage = "predict"
+    outputs: list[Any] = []
+    with prepare_run(trainer, module, "predict") as run:
+        run.restore(ckpt_path, weights_only=True)
+        module.eval()
+        for loader in pred_loaders:
+            prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
+            total = data.num_batches(prepared, trainer.limits["predict"])
+            with torch.no_grad(), trainer.precision.forward_context():
+                for batch_idx, batch in enumerate(prepared):
+                    if batch_idx >= total:
+                        break
+                    outputs.append(trainer.strategy.eval_step("predict", trainer.strategy.batch_to_device(batch),
+                                                              batch_idx))
+    return outputs
+

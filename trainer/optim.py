@@ -1,0 +1,81 @@
+"""Parse what ``configure_optimizers`` returns into optimizers and scheduler configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+_FORMS = (
+    "an optimizer, a list of optimizers, (optimizers, schedulers), or "
+    "{'optimizer': opt, 'lr_scheduler': sched | {'scheduler': sched, 'interval': 'epoch'|'step', "
+    "'frequency': n, 'monitor': name}}"
+)
+
+
+@dataclass
+class SchedulerConfig:
+    """A scheduler and when to step it."""
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+
+    @property
+    def needs_metric(self) -> bool:
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def _scheduler_config(item: Any) -> SchedulerConfig:
+    if isinstance(item, Mapping):
+        if "scheduler" not in item:
+            raise ValueError(f"an lr_scheduler dict needs a 'scheduler' key; got keys {sorted(item)}.")
+        config = SchedulerConfig(
+            item["scheduler"], item.get("interval", "epoch"), int(item.get("frequency", 1)), item.get("monitor")
+        )
+    else:
+        config = SchedulerConfig(item)
+    if config.interval not in ("epoch", "step"):
+        raise ValueError(f"lr_scheduler interval={config.interval!r}: choose 'epoch' or 'step'.")
+    if config.frequency < 1:
+        raise ValueError(f"lr_scheduler frequency={config.frequency!r} must be >= 1.")
+    if config.needs_metric and config.monitor is None:
+        raise ValueError("ReduceLROnPlateau needs {'scheduler': ..., 'monitor': '<logged metric name>'}.")
+    if not hasattr(config.scheduler, "step") or not hasattr(config.scheduler, "state_dict"):
+        raise TypeError(f"{type(config.scheduler).__name__} is not an LR scheduler (no step/state_dict).")
+    return config
+
+
+def _from_dict(config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    if "optimizer" not in config:
+        raise ValueError(f"configure_optimizers() dict needs an 'optimizer' key; got keys {sorted(config)}.")
+    scheduler = config.get("lr_scheduler")
+    return [config["optimizer"]], [] if scheduler is None else [scheduler]
+
+
+def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConfig]]:
+    """Normalise every documented return form; anything else is a clear error."""
+    if isinstance(returned, Optimizer):
+        optimizers, schedulers = [returned], []
+    elif isinstance(returned, Mapping):
+        optimizers, schedulers = _from_dict(returned)
+    elif isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[0], Sequence | Optimizer):
+        first, second = returned
+        optimizers = [first] if isinstance(first, Optimizer) else list(first)
+        schedulers = list(second) if isinstance(second, Sequence) else [second]
+    elif isinstance(returned, Sequence) and returned and all(isinstance(o, Mapping) for o in returned):
+        pairs = [_from_dict(c) for c in returned]
+        optimizers = [o for opts, _ in pairs for o in opts]
+        schedulers = [s for _, scheds in pairs for s in scheds]
+    elif isinstance(returned, Sequence) and not isinstance(returned, str):
+        optimizers, schedulers = list(returned), []
+    else:
+        raise TypeError(f"configure_optimizers() returned {type(returned).__name__}; expected {_FORMS}.")
+    bad = [type(o).__name__ for o in optimizers if not isinstance(o, Optimizer)]
+    if bad or not optimizers:
+        raise TypeError(f"configure_optimizers() gave {bad or 'no optimizer'} where optimizers belong; expected {_FORMS}.")
+    return optimizers, [_scheduler_config(s) for s in schedulers]

@@ -1,0 +1,105 @@
+"""Numerical precision as a plug-in: autocast for forward, GradScaler for fp16 backward/step.
+
+Every hook has a no-op default, so "32-true" is the plain ``Precision`` and the loop never
+branches on the precision in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+_ALIASES = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed"}
+
+
+class Precision:
+    """Full fp32: every hook is the plain PyTorch call."""
+
+    name = "32-true"
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients to their true scale before clipping or inspecting them."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step one optimizer (the scaler may turn it into a no-op on overflow)."""
+        optimizer.step()
+
+    def update(self) -> bool:
+        """Called once after all optimizers stepped; False when the step was skipped (overflow)."""
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class MixedPrecision(Precision):
+    """Autocast to fp16 or bf16; fp16 adds a GradScaler (unscale before clip, skip on overflow)."""
+
+    def __init__(self, name: str, device_type: str) -> None:
+        self.name = name
+        self.device_type = device_type
+        self.dtype = torch.float16 if name == "16-mixed" else torch.bfloat16
+        self.scaler: torch.amp.GradScaler | None = None
+        if name == "16-mixed":
+            self.scaler = torch.amp.GradScaler(device_type)
+        self._unscaled: set[int] = set()
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)  # skips the step itself when grads hold inf/nan
+
+    def update(self) -> bool:
+        self._unscaled.clear()
+        if self.scaler is None:
+            return True
+        # The scale only shrinks when an overflow was found, i.e. when the steps were skipped.
+        before = self.scaler.get_scale()
+        self.scaler.update()
+        return self.scaler.get_scale() >= before
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def build_precision(precision: str | int, device_type: str) -> Precision:
+    """Turn the ``precision=`` flag into a plug-in, or say which names are valid."""
+    name = _ALIASES.get(precision, precision)
+    if name not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)}.")
+    if name == "32-true":
+        return Precision()
+    if device_type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"precision={name!r} has no autocast for device type {device_type!r}.")
+    return MixedPrecision(str(name), device_type)

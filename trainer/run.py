@@ -1,0 +1,221 @@
+"""What every stage shares: set-up and teardown around a run, hooks, logger writes, signals."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.results import Results
+    from trainer.trainer import Trainer
+
+
+def attach(trainer: Trainer, module: Module) -> None:
+    object.__setattr__(module, "_trainer", trainer)
+    trainer.module = module
+
+
+def call_hook(trainer: Trainer, name: str) -> None:
+    """The module's hook first, then each callback's."""
+    module = trainer.module
+    getattr(module, name, _nothing)()
+    for cb in trainer.callbacks:
+        getattr(cb, name, _nothing_cb)(trainer, module)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _nothing_cb(*_: Any) -> None:
+    return None
+
+
+def _check_module(module: Any, stage: str) -> None:
+    from trainer.module import Module
+
+    if not isinstance(module, Module):
+        raise TypeError(f"Trainer.{stage}() takes a trainer.Module; got {type(module).__name__}.")
+    if stage == "fit":
+        if not callable(getattr(module, "training_step", None)):
+            raise AttributeError(f"{type(module).__name__} must define training_step(batch, batch_idx).")
+        if type(module).configure_optimizers is Module.configure_optimizers:
+            raise AttributeError(f"{type(module).__name__} must define configure_optimizers().")
+
+
+class Run:
+    """Handle the body of a stage uses to restore a checkpoint."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.resumed = False
+
+    def restore(self, ckpt_path: Any, weights_only: bool = False) -> None:
+        if ckpt_path is None:
+            return
+        from trainer.state import resolve_checkpoint_path, restore_trainer_checkpoint
+
+        path = resolve_checkpoint_path(self.trainer, ckpt_path)
+        if path is None:
+            return
+        restore_trainer_checkpoint(self.trainer, path, weights_only=weights_only)
+        self.resumed = not weights_only
+
+
+@contextlib.contextmanager
+def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
+    """Processes, module placement, callbacks and loggers up; always torn down again."""
+    _check_module(module, stage)
+    strategy = trainer.strategy
+    strategy.setup_environment()
+    attach(trainer, module)
+    trainer.should_stop = False
+    trainer.signal_received = None
+    trainer.resume_rng = None
+    trainer.epoch_rng = {}
+    trainer.epoch_finished = False
+    trainer.last_loss = None
+    status = "failed"
+    try:
+        if trainer.compile:
+            module.compile()  # in place: state_dict keys stay free of "_orig_mod."
+        strategy.setup_module(module)
+        for cb in trainer.callbacks:
+            cb.setup(trainer, module, stage)
+        if stage == "fit" and trainer.is_global_zero:
+            params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
+            for lg in trainer.loggers:
+                lg.log_hyperparams(params)
+        yield Run(trainer)
+        status = "success"
+    except BaseException as exc:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
+        strategy.on_exception(exc)
+        for cb in trainer.callbacks:
+            cb.on_exception(trainer, module, exc)
+        raise
+    finally:
+        for cb in trainer.callbacks:
+            cb.teardown(trainer, module, stage)
+        if trainer.is_global_zero:
+            for lg in trainer.loggers:
+                lg.finalize(status)
+        strategy.teardown()
+
+
+# ---- data --------------------------------------------------------------------------------
+def _as_list(loaders: Any) -> list[Any]:
+    if loaders is None:
+        return []
+    return list(loaders) if isinstance(loaders, Sequence) else [loaders]
+
+
+def _is_datamodule(obj: Any) -> bool:
+    return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
+
+
+def _check_not_empty(loader: Any, what: str) -> None:
+    if hasattr(loader, "__len__"):
+        try:
+            size = len(loader)
+        except TypeError:
+            return
+        if size == 0:
+            raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
+
+
+def resolve_loaders(module: Module, stage: str, primary: Any, val: Any, datamodule: Any) -> tuple[Any, list[Any]]:
+    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages."""
+    if _is_datamodule(primary):
+        datamodule, primary = primary, None
+    source: Any = datamodule if datamodule is not None else module
+    if datamodule is not None and hasattr(datamodule, "setup"):
+        datamodule.setup(stage)
+    name = {"fit": "train", "validation": "val"}.get(stage, stage)
+    if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
+        primary = getattr(source, f"{name}_dataloader")()
+    if stage == "fit":
+        if val is None and callable(getattr(source, "val_dataloader", None)):
+            val = source.val_dataloader()
+        _check_not_empty(primary, "training")
+        vals = _as_list(val)
+        for v in vals:
+            _check_not_empty(v, "validation")
+        return primary, vals
+    loaders = _as_list(primary)
+    if not loaders:
+        raise ValueError(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
+    for loader in loaders:
+        _check_not_empty(loader, stage)
+    return loaders, []
+
+
+# ---- logging -----------------------------------------------------------------------------
+def _to_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def log_step_metrics(trainer: Trainer, results: Results) -> None:
+    """Push this interval's per-step values to callback_metrics and the loggers."""
+    values = results.pop_step_metrics(trainer.strategy)
+    if not values:
+        return
+    trainer.callback_metrics.update(values)
+    if trainer.is_global_zero and trainer.loggers:
+        floats = {k: v for k, v in _to_floats(values).items() if k not in results.no_logger}
+        floats["epoch"] = trainer.current_epoch
+        trainer.logged_metrics.update(floats)
+        for lg in trainer.loggers:
+            lg.log_metrics(floats, trainer.global_step)
+
+
+def log_epoch_metrics(trainer: Trainer, results: Results, stage: str) -> dict[str, float]:
+    """Reduce the epoch aggregates (every rank), then log them (rank zero)."""
+    values = results.epoch_metrics(trainer.strategy)
+    floats = _to_floats(values)
+    if trainer.sanity_checking:
+        return floats
+    trainer.callback_metrics.update(values)
+    if floats and trainer.is_global_zero and trainer.loggers:
+        logged = {k: v for k, v in floats.items() if k not in results.no_logger}
+        logged["epoch"] = trainer.current_epoch
+        trainer.logged_metrics.update(logged)
+        for lg in trainer.loggers:
+            lg.log_metrics(logged, trainer.global_step)
+    return floats
+
+
+# ---- signals -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def signals_to_flags(trainer: Trainer) -> Iterator[None]:
+    """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
+
+    A second Ctrl-C raises KeyboardInterrupt at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = ["SIGTERM", "SIGINT"] + ([trainer.requeue_signal] if trainer.requeue_signal else [])
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if name == "SIGINT" and trainer.signal_received == "SIGINT":
+            raise KeyboardInterrupt
+        trainer.signal_received = name
+
+    for name in names:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,53 @@
+"""Seeding and RNG snapshots: the RNG states a checkpoint needs for an exact resume."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int, workers: bool = True) -> int:
+    """Seed python, numpy and torch (CPU and every CUDA device); returns the seed.
+
+    With ``workers=True`` the seed is exported so DataLoader workers can derive their own
+    (PyTorch already seeds each worker with ``base_seed + worker_id``).
+    """
+    if not isinstance(seed, int) or not (0 <= seed < 2**32):
+        raise ValueError(f"seed={seed!r} must be an int in [0, 2**32).")
+    os.environ["PL_GLOBAL_SEED"] = str(seed)
+    os.environ["STEADYTRAIN_SEED"] = str(seed)
+    os.environ["STEADYTRAIN_SEED_WORKERS"] = str(int(workers))
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    return seed
+
+
+def rng_state() -> dict[str, Any]:
+    """Every process-global RNG, as tensors and plain values a weights-only load accepts."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` captured."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

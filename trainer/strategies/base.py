@@ -1,0 +1,146 @@
+"""The Strategy seam: where a step runs and how ranks agree.
+
+The loop only ever talks to a Strategy; it never asks "am I distributed?". A new strategy
+overrides the collectives and, where it wraps the module, ``setup_module`` and the step calls.
+Everything else has a default that is right for one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+ReduceOp = Literal["mean", "sum", "max", "min"]
+
+
+class Strategy(ABC):
+    """How the user's module is placed, wrapped, stepped and synchronised."""
+
+    name: str = "base"
+
+    def __init__(self) -> None:
+        self.module: nn.Module | None = None  # the user's module, never wrapped
+        self.model: nn.Module | None = None  # what forward runs through (may be a wrapper)
+        self.accelerator: str = "cpu"
+        self.device_indices: list[int] = [0]
+        self.num_nodes: int = 1
+
+    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+        """Receive the resolved Trainer flags; a strategy checks here that they suit it."""
+        self.accelerator = accelerator
+        self.device_indices = device_indices
+        self.num_nodes = num_nodes
+
+    # ---- the few things each strategy must say -------------------------------------------
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process computes on."""
+
+    @abstractmethod
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        """Reduce a tensor across ranks (returns a new tensor)."""
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Stack the tensor from every rank along a new first dimension."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+
+    @abstractmethod
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send a picklable object from ``src`` to every rank."""
+
+    # ---- process facts (one process by default) ------------------------------------------
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas``/``rank`` for a DistributedSampler, or None when data is not split."""
+        return None
+
+    # ---- life cycle ----------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        """Start processes / process groups. Called once before any module is touched."""
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move the module to its device and wrap it; returns what forward runs through."""
+        self.module = module.to(self.root_device)
+        self.model = self.module
+        return self.model
+
+    def teardown(self) -> None:
+        """Release what ``setup_environment`` took."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A step raised: a multi-process strategy makes sure the other ranks end too."""
+
+    # ---- the step ------------------------------------------------------------------------
+    def batch_to_device(self, batch: Any) -> Any:
+        from trainer.data import move_to_device
+
+        return move_to_device(batch, self.root_device)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        assert self.module is not None
+        return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+
+    def eval_step(self, stage: str, batch: Any, batch_idx: int) -> Any:
+        """Run ``validation_step``/``test_step``/``predict_step`` of the module."""
+        assert self.module is not None
+        return getattr(self.module, f"{stage}_step")(batch, batch_idx)
+
+    def no_sync(self, skip_sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """Context for an accumulation micro-batch whose gradients need no sync yet."""
+        return contextlib.nullcontext()
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (collective)."""
+        return [obj]
+
+    def reduce_boolean_decision(self, flag: bool) -> bool:
+        """True on every rank if it is True on any rank (collective)."""
+        return flag
+
+    def reduce_metric(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        """Reduce a logged value across ranks (same as all_reduce unless a strategy says else)."""
+        return self.all_reduce(tensor, op)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def module_state_dict(self) -> dict[str, torch.Tensor]:
+        """The user's module's state, never with a wrapper's prefix."""
+        assert self.module is not None
+        return self.module.state_dict()
+
+    @contextlib.contextmanager
+    def rank_zero_first(self) -> Iterator[None]:
+        """Let rank 0 do a thing (download, write) before the others."""
+        if not self.is_global_zero:
+            self.barrier()
+        yield
+        if self.is_global_zero:
+            self.barrier()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.root_device}, world_size={self.world_size})"
