@@ -1,0 +1,277 @@
+"""Checkpoint file I/O: atomic save, safe load, and weights that load into any wrapper.
+
+Saves go to a temporary file that is renamed over the target, so a crash never leaves a torn
+checkpoint and never costs the previous good one. Loads always use ``weights_only=True``: a
+checkpoint is data, and a downloaded file must not be able to run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import socket
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+PathLike = str | os.PathLike[str]
+
+# ``.<name>.tmp-<pid>-<host>``: the pid tells a dead writer, the host keeps shared filesystems safe.
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?:-(?P<host>.*))?$")
+_HOST = re.sub(r"[^\w.-]", "_", socket.gethostname())
+_PREFIXES = ("module.", "_orig_mod.")
+_STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "net")
+_SHOW = 10
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read, is unsafe to unpickle, or does not fit the model."""
+
+
+def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
+    """Write ``state`` atomically: the target is either the old file or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{_HOST}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(dirpath: Path) -> None:
+    """Make the rename itself durable; best effort where directories cannot be fsynced."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def to_safe(obj: Any) -> Any:
+    """Numpy arrays/scalars (numpy RNG state) -> tensors/numbers, so weights_only can load them.
+
+    Containers are rebuilt only where something changed: state dicts keep their ``_metadata``.
+    """
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj, copy=True))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        new = {k: to_safe(v) for k, v in obj.items()}
+        changed = any(new[k] is not v for k, v in obj.items())
+        return new if changed else obj
+    if isinstance(obj, (list, tuple)):
+        items = [to_safe(v) for v in obj]
+        changed = any(a is not b for a, b in zip(items, obj))
+        return (tuple(items) if isinstance(obj, tuple) else items) if changed else obj
+    return obj
+
+
+def load_checkpoint(
+    path: PathLike, map_location: Any = "cpu", trusted_classes: Sequence[type] = ()
+) -> dict[str, Any]:
+    """Load with ``weights_only=True``; ``trusted_classes`` allowlists your own classes for this call."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Checkpoint not found: {path}")
+    with torch.serialization.safe_globals(list(trusted_classes)):
+        try:
+            obj = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise _unpickling_error(path, err) from err
+        except Exception as err:
+            if isinstance(err, OSError):  # permissions, a directory: the OS message is clear
+                raise
+            raise CheckpointError(_not_a_checkpoint(path, err)) from err
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"Checkpoint {path} holds a {type(obj).__name__}, expected a dict.")
+    return obj
+
+
+def _unpickling_error(path: Path, err: Exception) -> CheckpointError:
+    """Tell a refused pickle payload (name what it wanted) from a corrupted file."""
+    names: list[str] = []
+    with contextlib.suppress(Exception):
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    names = names or re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(err))
+    if not names:  # keep torch's reason, not its advice to retry with weights_only=False
+        reason = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))
+        return CheckpointError(_not_a_checkpoint(path, err, reason[1] if reason else None))
+    return CheckpointError(
+        f"Refused to load {path}: it needs globals outside the weights_only allowlist "
+        f"({', '.join(sorted(set(names)))}); the file was NOT executed. If you trust it, allow your "
+        "classes with load_checkpoint(path, trusted_classes=[MyClass]) or "
+        "torch.serialization.add_safe_globals([MyClass])."
+    )
+
+
+def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> str:
+    return (
+        f"{path} is not a readable torch checkpoint (truncated, corrupted, or not written by "
+        f"torch.save): {type(err).__name__}: {(reason or str(err))[:300]}"
+    )
+
+
+def find_last_checkpoint(dirpath: PathLike) -> Path | None:
+    """Newest complete ``*.ckpt`` by mtime; ``last.ckpt`` wins only a tie, never an older mtime."""
+    folder = Path(dirpath)
+    if not folder.is_dir():
+        return None
+    clean_stale_temporaries(folder)
+    ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
+    return next((p for p in ranked if _looks_complete(p)), None)
+
+
+def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list[Path]:
+    """Remove temporaries of killed saves: writer gone, or untouched for ``max_age_s`` seconds."""
+    removed = []
+    now = time.time()
+    for p in Path(dirpath).glob(".*.tmp-*"):
+        match = _TMP_RE.match(p.name)
+        if match is None:
+            continue
+        try:
+            stale = now - p.stat().st_mtime > max_age_s or not _writer_alive(match)
+            if stale:
+                p.unlink()
+                removed.append(p)
+        except FileNotFoundError:  # its writer finished (renamed) or another cleaner won
+            continue
+    return removed
+
+
+def _writer_alive(match: re.Match[str]) -> bool:
+    """A pid from another host (shared filesystem) cannot be checked, so assume it is alive."""
+    host = match.group("host")
+    if (host is not None and host != _HOST) or os.name != "posix":
+        return True  # on Windows os.kill(pid, 0) would terminate the process
+    try:
+        os.kill(int(match.group("pid")), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        pass
+    return True
+
+
+def _checkpoint_files(folder: Path) -> Iterator[Path]:
+    return (p for p in folder.glob("*.ckpt") if not p.name.startswith(".") and p.is_file())
+
+
+def _rank(p: Path) -> tuple[int, bool, str]:
+    return (p.stat().st_mtime_ns, p.name == "last.ckpt", p.name)
+
+
+def _looks_complete(p: Path) -> bool:
+    """Cheap check against files copied in non-atomically: empty, or a zip cut before its end."""
+    with open(p, "rb") as f:
+        head = f.read(4)
+    return bool(head) and (head != b"PK\x03\x04" or zipfile.is_zipfile(p))
+
+
+def strip_prefixes(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop ``module.`` (DDP/DP) and ``_orig_mod.`` (torch.compile) prefixes, in any nesting."""
+    *_, stripped = _strip_steps(state_dict)
+    return stripped
+
+
+def _strip_steps(state_dict: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Yield the dict, then each one-prefix-shorter version; a prefix goes only if every key has it.
+
+    Stripping per key would break a model with a real submodule called ``module``.
+    """
+    current = dict(state_dict)
+    yield current
+    while current:
+        prefix = next((p for p in _PREFIXES if all(k.startswith(p) for k in current)), None)
+        if prefix is None:
+            return
+        current = {k[len(prefix) :]: v for k, v in current.items()}
+        yield current
+
+
+def extract_state_dict(obj: Any) -> dict[str, torch.Tensor]:
+    """The model weights in a full checkpoint, a bare state_dict, or a {"model": ...}-style dict."""
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"Expected a checkpoint dict or state_dict, got {type(obj).__name__}.")
+    for key in _STATE_DICT_KEYS:
+        if isinstance(obj.get(key), Mapping):
+            return extract_state_dict(obj[key])
+    # A bare state_dict: tensors, plus whatever ``get_extra_state`` returned.
+    if obj and all(isinstance(v, torch.Tensor) or str(k).endswith("_extra_state") for k, v in obj.items()):
+        return dict(obj)
+    keys = list(obj)
+    raise CheckpointError(
+        f"Found no model weights: no {'/'.join(_STATE_DICT_KEYS)} key and not a bare state_dict "
+        f"of tensors. Keys found ({len(keys)}): {_show(keys)}"
+    )
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's module inside DataParallel / DistributedDataParallel / torch.compile wrappers."""
+    wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+    while True:
+        if isinstance(model, wrappers):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = getattr(model, "_orig_mod")  # noqa: B009  (nn.Module attribute typing)
+        else:
+            return model
+
+
+def load_weights(
+    model: nn.Module, source: PathLike | Mapping[str, Any], strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """Load weights from a path or dict into ``model`` (wrapped or not); return (missing, unexpected).
+
+    Nothing is loaded if a shape differs, or, with ``strict``, if any key is missing or unexpected.
+    """
+    where = f" from {source}" if isinstance(source, (str, os.PathLike)) else ""
+    obj = load_checkpoint(source) if isinstance(source, (str, os.PathLike)) else source
+    target = unwrap_model(model)
+    own = target.state_dict()
+    weights = max(_strip_steps(extract_state_dict(obj)), key=lambda sd: len(own.keys() & sd.keys()))
+    _check_shapes(weights, own, where)
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"Weights{where} do not match the model (pass strict=False to load the matching keys). "
+            f"Missing from checkpoint ({len(missing)}): {_show(missing)}. "
+            f"Unexpected in checkpoint ({len(unexpected)}): {_show(unexpected)}."
+        )
+    result = target.load_state_dict(weights, strict=False)
+    return list(result.missing_keys), list(result.unexpected_keys)
+
+
+def _check_shapes(weights: Mapping[str, Any], own: Mapping[str, Any], where: str) -> None:
+    bad = [
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in weights.items()
+        if isinstance(v, torch.Tensor) and isinstance(own.get(k), torch.Tensor) and v.shape != own[k].shape
+    ]
+    if bad:
+        raise CheckpointError(f"Shape mismatch in {len(bad)} key(s){where}: " + "; ".join(bad))
+
+
+def _show(keys: Sequence[Any]) -> str:
+    shown = ", ".join(map(str, keys[:_SHOW]))
+    return (shown + f", ... (+{len(keys) - _SHOW} more)") if len(keys) > _SHOW else (shown or "none")
