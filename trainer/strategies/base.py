@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: saves an allocation per step
 
 
 class Strategy(ABC):
@@ -113,7 +114,7 @@ class Strategy(ABC):
 
     def no_sync(self, skip_sync: bool) -> contextlib.AbstractContextManager[Any]:
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (collective)."""

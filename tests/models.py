@@ -1,0 +1,74 @@
+"""Small models and data shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import trainer
+
+
+def regression_data(n: int = 96, features: int = 8, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    y = x @ torch.randn(features, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def make_net(features: int = 8, dropout: float = 0.0) -> torch.nn.Sequential:
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, 16), torch.nn.Tanh(), torch.nn.Dropout(dropout), torch.nn.Linear(16, 1)
+    )
+
+
+class Regressor(trainer.Module):
+    """MSE regression with SGD/Adam; ``dropout`` makes RNG matter."""
+
+    def __init__(self, features: int = 8, lr: float = 0.05, dropout: float = 0.0, adam: bool = False) -> None:
+        super().__init__()
+        self.net = make_net(features, dropout)
+        self.lr = lr
+        self.adam = adam
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.adam:
+            return torch.optim.Adam(self.parameters(), lr=self.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+class NoisyDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Random augmentation from torch's global RNG in __getitem__ (for resume tests)."""
+
+    def __init__(self, base: TensorDataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.base[i]
+        return x + 0.01 * torch.randn_like(x), y
+
+
+def loader(ds: Dataset, batch_size: int = 8, shuffle: bool = False, **kwargs: object) -> DataLoader:
+    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, **kwargs)  # type: ignore[arg-type]
+
+
+def params(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def assert_bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y), f"max difference {(x - y).abs().max().item()}"
