@@ -1,0 +1,95 @@
+"""Killed, signalled or interrupted runs lose nothing and resume to the same result."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).parent / "scripts" / "resumable_run.py"
+ROOT = Path(__file__).parent.parent
+
+
+def start(out: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(SCRIPT), str(out), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def finish(out: Path, *args: str, timeout: float = 120) -> str:
+    proc = start(out, *args)
+    output, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, output
+    return output
+
+
+def final_params(out: Path, rank: int = 0) -> list[torch.Tensor]:
+    return torch.load(out / f"final-rank{rank}.pt", weights_only=True)
+
+
+def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), "resumed run differs from the uninterrupted one"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[torch.Tensor]:
+    out = tmp_path_factory.mktemp("reference")
+    finish(out)
+    return final_params(out)
+
+
+def wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path: Path, reference: list[torch.Tensor]) -> None:
+    proc = start(tmp_path, "--sleep", "0.02")
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "SIGTERM received; saved" in output
+    assert (tmp_path / "ckpts" / "interrupted.ckpt").is_file()
+    assert not (tmp_path / "final-rank0.pt").exists()  # it stopped early
+    finish(tmp_path, "--resume")
+    assert_same(final_params(tmp_path), reference)
+
+
+def test_ctrl_c_saves_interrupted_checkpoint_and_reraises(tmp_path: Path, reference: list[torch.Tensor]) -> None:
+    proc = start(tmp_path, "--sleep", "0.02")
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, output
+    assert "KeyboardInterrupt" in output
+    assert (tmp_path / "ckpts" / "interrupted.ckpt").is_file()
+    finish(tmp_path, "--resume")
+    assert_same(final_params(tmp_path), reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(12))
+def test_sigkill_at_a_random_moment_then_resume_is_exact(
+    tmp_path: Path, reference: list[torch.Tensor], attempt: int
+) -> None:
+    """SIGKILL lands anywhere: mid-step, mid-save, in a worker; the newest checkpoint resumes exactly."""
+    delay = random.Random(attempt).uniform(0.0, 2.5)
+    proc = start(tmp_path, "--sleep", "0.02")  # ~5 s of training after the first checkpoint
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    time.sleep(delay)
+    assert proc.poll() is None, "the run ended before the kill: the test would prove nothing"
+    proc.kill()
+    proc.wait()
+    finish(tmp_path, "--resume")
+    assert_same(final_params(tmp_path), reference)
+    assert not list((tmp_path / "ckpts").glob(".*.tmp-*")), "a stale temporary survived the resume"
