@@ -44,6 +44,7 @@ class ModelCheckpoint(Callback):
             if value is not None and value < 1:
                 raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 1 or None.")
         self.dirpath = Path(dirpath) if dirpath is not None else None
+        self._dirpath_given = dirpath is not None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
@@ -55,6 +56,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = ""
         self.last_model_path = ""
         self._last_saved_step = -1
+        self._step_at_batch_start = -1
 
     @property
     def state_key(self) -> str:
@@ -69,9 +71,14 @@ class ModelCheckpoint(Callback):
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = Path(trainer.strategy.broadcast(str(trainer.log_dir / "checkpoints")))
 
+    def on_train_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int) -> None:
+        self._step_at_batch_start = trainer.global_step
+
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         n = self.every_n_train_steps
-        if n is not None and trainer.global_step % n == 0 and trainer.global_step != self._last_saved_step:
+        if n is None or trainer.global_step == self._step_at_batch_start:
+            return  # an accumulation micro-batch: no optimizer step ended here
+        if trainer.global_step % n == 0 and trainer.global_step != self._last_saved_step:
             self.save(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
@@ -90,10 +97,10 @@ class ModelCheckpoint(Callback):
         keep = trainer.strategy.broadcast(self._should_keep(score, str(path)))
         state = trainer_state(trainer)  # built once, after every rank agreed
         if keep:
-            self._remember(str(path), score)
-            state["callbacks"][self.state_key] = self.state_dict()
+            dropped = self._remember(str(path), score)
+            state["callbacks"][self.state_key] = self.state_dict()  # the top-k after this save
             save_trainer_checkpoint(trainer, path, state)
-            self._prune(trainer)
+            self._delete(trainer, dropped)  # only once the new file is complete
         if self.save_last:
             self.last_model_path = str(self.dirpath / "last.ckpt")
             state["callbacks"][self.state_key] = self.state_dict()
@@ -138,19 +145,22 @@ class ModelCheckpoint(Callback):
         pick = max if self._order == "min" else min
         return pick(self.best_k_models, key=lambda p: self.best_k_models[p])
 
-    def _remember(self, path: str, score: float) -> None:
+    def _remember(self, path: str, score: float) -> list[str]:
+        """Add ``path`` to the top-k; return the paths that fell out of it."""
         self.best_k_models[path] = score
+        dropped = []
+        while self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
+            dropped.append(self._worst())
+            del self.best_k_models[dropped[-1]]
         best = min if self._order == "min" else max
         self.best_model_path = best(self.best_k_models, key=lambda p: self.best_k_models[p])
+        return dropped
 
-    def _prune(self, trainer: Trainer) -> None:
-        if self.save_top_k == -1:
-            return
-        while len(self.best_k_models) > self.save_top_k:
-            worst = self._worst()
-            del self.best_k_models[worst]
-            if trainer.is_global_zero and worst != self.last_model_path:
-                Path(worst).unlink(missing_ok=True)
+    def _delete(self, trainer: Trainer, paths: list[str]) -> None:
+        if trainer.is_global_zero:
+            for path in paths:
+                if path != self.last_model_path:
+                    Path(path).unlink(missing_ok=True)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -165,5 +175,5 @@ class ModelCheckpoint(Callback):
         self.best_k_models = dict(state.get("best_k_models", {}))
         self.best_model_path = state.get("best_model_path", "")
         self.last_model_path = state.get("last_model_path", "")
-        if self.dirpath is None and state.get("dirpath"):
-            self.dirpath = Path(state["dirpath"])
+        if not self._dirpath_given and state.get("dirpath"):
+            self.dirpath = Path(state["dirpath"])  # a resumed run keeps writing to its own folder

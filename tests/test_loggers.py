@@ -1,0 +1,342 @@
+"""Loggers against their real backends: CSV files, wandb in offline mode, TensorBoard event files."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    return list(reader.fieldnames or []), rows
+
+
+# --------------------------------------------------------------------------------------------- imports
+
+
+def test_import_loads_no_backend() -> None:
+    code = (
+        "import sys, trainer.loggers as L\n"
+        "L.WandbLogger(project='p'); L.TensorBoardLogger(); L.CSVLogger()\n"
+        "loaded = {'wandb', 'tensorboard', 'torch.utils.tensorboard'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+
+
+@pytest.mark.parametrize(("logger", "extra"), [(WandbLogger, "wandb"), (TensorBoardLogger, "tensorboard")])
+def test_missing_backend_says_what_to_install(
+    logger: type[Any], extra: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_utilities.core.imports as imports
+
+    monkeypatch.setattr(imports, "RequirementCache", lambda name: False)
+    with pytest.raises(ImportError, match=rf"pip install steadytrain\[{extra}\]"):
+        logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
+
+
+# ------------------------------------------------------------------------------------------------- CSV
+
+
+def test_csv_constructing_is_free_and_version_is_next_free(tmp_path: Path) -> None:
+    for taken in ("version_0", "version_3", "version_x"):
+        (tmp_path / "exp" / taken).mkdir(parents=True)
+    logger = CSVLogger(save_dir=str(tmp_path / "new"), name="exp")
+    assert not (tmp_path / "new").exists()
+    logger = CSVLogger(save_dir=str(tmp_path), name="exp")
+    assert logger.log_dir == str(tmp_path / "exp" / "version_4")
+    assert not os.path.exists(logger.log_dir)
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.finalize("success")
+    assert os.path.exists(os.path.join(logger.log_dir, "metrics.csv"))
+    assert CSVLogger(save_dir=str(tmp_path), name="exp", version="custom").log_dir.endswith("exp/custom")
+
+
+def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
+    logger = CSVLogger(save_dir=str(tmp_path), flush_every=2)
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    logger.log_metrics({"loss": 1.0}, step=0)
+    assert not os.path.exists(path)
+    logger.log_metrics({"loss": 0.5}, step=1)
+    assert _read_csv(path) == (["step", "loss"], [{"step": "0", "loss": "1.0"}, {"step": "1", "loss": "0.5"}])
+    logger.log_metrics({"loss": 0.25, "val_acc": torch.tensor(0.75)}, step=2)  # type: ignore[dict-item]
+    logger.log_metrics({"lr": 0.1}, step=3)
+    logger.log_metrics({"loss": 0.125}, step=4)
+    logger.finalize("success")
+    header, rows = _read_csv(path)
+    assert header == ["step", "loss", "val_acc", "lr"]
+    assert [r["step"] for r in rows] == ["0", "1", "2", "3", "4"]
+    assert rows[0] == {"step": "0", "loss": "1.0", "val_acc": "", "lr": ""}
+    assert rows[2] == {"step": "2", "loss": "0.25", "val_acc": "0.75", "lr": ""}
+    assert rows[3]["lr"] == "0.1"
+    assert not os.path.exists(path + ".tmp")
+
+
+def test_csv_hparams_yaml(tmp_path: Path) -> None:
+    logger = CSVLogger(save_dir=str(tmp_path))
+    params = {
+        "lr": 0.1,
+        "model": {"depth": 4, "act": torch.nn.ReLU},
+        "device": torch.device("cpu"),
+        "ids": (1, 2),
+    }
+    logger.log_hyperparams(params)
+    logger.log_metrics({"loss": 1.0}, step=0)  # hyper-parameters are written with the first metrics
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as f:
+        loaded = yaml.safe_load(f)
+    assert loaded == {
+        "lr": 0.1,
+        "model": {"depth": 4, "act": str(torch.nn.ReLU)},
+        "device": "cpu",
+        "ids": [1, 2],
+    }
+
+
+def test_csv_resume_appends_to_the_same_folder(tmp_path: Path) -> None:
+    first = CSVLogger(save_dir=str(tmp_path), flush_every=1)
+    for step in range(3):
+        first.log_metrics({"loss": float(step)}, step=step)
+    state = first.state_dict()
+    first.log_metrics({"loss": 99.0, "stale": 1.0}, step=3)  # logged after the checkpoint, then a crash
+    CSVLogger(save_dir=str(tmp_path)).log_metrics({"other": 1.0}, step=0)  # another run takes version_1
+
+    resumed = CSVLogger(save_dir=str(tmp_path))
+    resumed.load_state_dict(state)
+    assert resumed.log_dir == first.log_dir
+    resumed.log_metrics({"loss": 3.0, "val_acc": 0.5}, step=3)
+    resumed.log_metrics({"loss": 4.0}, step=4)
+    resumed.finalize("success")
+
+    header, rows = _read_csv(os.path.join(first.log_dir, "metrics.csv"))
+    assert [(r["step"], r["loss"]) for r in rows] == [(str(s), f"{float(s)}") for s in range(5)]
+    assert "val_acc" in header
+    assert rows[3]["val_acc"] == "0.5"
+
+    again = CSVLogger(save_dir=str(tmp_path))  # resuming a finished run keeps every row
+    again.load_state_dict(resumed.state_dict())
+    assert again.state_dict() == {"version": 0, "rows": 5}  # a checkpoint before any new row
+    again.log_metrics({"loss": 5.0}, step=5)
+    again.finalize("success")
+    assert len(_read_csv(os.path.join(first.log_dir, "metrics.csv"))[1]) == 6
+
+
+# ----------------------------------------------------------------------------------------------- wandb
+
+_BLOCK, _HEADER = 32768, 7
+
+
+def _wandb_records(path: str) -> Iterator[Any]:
+    """Parse a ``.wandb`` transaction log: LevelDB-style 32 KiB blocks of (crc, length, type) chunks.
+
+    wandb 0.31 dropped the Python reader (``wandb.sdk.internal.datastore``); the format is unchanged.
+    """
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, chunk = _HEADER, b""
+    while pos + _HEADER <= len(data):
+        if _BLOCK - pos % _BLOCK < _HEADER:  # too small for a header: zero padding to the next block
+            pos += _BLOCK - pos % _BLOCK
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
+        chunk += data[pos + _HEADER : pos + _HEADER + length]
+        pos += _HEADER + length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()  # type: ignore[attr-defined]  # re-exported per protobuf version
+            record.ParseFromString(chunk)
+            chunk = b""
+            yield record
+
+
+def _unflatten(items: Any) -> dict[str, Any]:
+    """History or config items as a dict; nested key ``("img", "type")`` becomes ``"img.type"``."""
+    return {".".join(item.nested_key) or item.key: json.loads(item.value_json) for item in items}
+
+
+def _read_offline_run(run_dir: str) -> dict[str, Any]:
+    import wandb
+
+    # finish() returns before wandb's service has written the run's records (it only informs the
+    # service); teardown waits for the service to close every stream, so the log is complete.
+    wandb.teardown()
+    (log,) = glob.glob(os.path.join(run_dir, "*.wandb"))
+    out: dict[str, Any] = {"history": [], "config": {}, "files": [], "artifacts": [], "run": None}
+    for record in _wandb_records(log):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            out["history"].append(_unflatten(record.history.item))
+        elif kind == "config":
+            out["config"].update(_unflatten(record.config.update))
+        elif kind == "files":
+            out["files"] += [f.path for f in record.files.files]
+        elif kind == "artifact":
+            out["artifacts"].append(record.artifact)
+        elif kind == "run":
+            out["run"] = record.run
+    return out
+
+
+@pytest.fixture
+def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Real wandb, offline, writing only under ``tmp_path``, with telemetry, git and console capture off."""
+    wandb = pytest.importorskip("wandb")
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_CONSOLE": "off",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_X_DISABLE_STATS": "true",
+        "WANDB_X_DISABLE_META": "true",
+        "WANDB_X_DISABLE_MACHINE_INFO": "true",
+    }
+    for name in ("DIR", "DATA_DIR", "CACHE_DIR", "CONFIG_DIR", "ARTIFACT_DIR"):
+        env[f"WANDB_{name}"] = str(tmp_path / "wandb_home" / name.lower())
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    yield tmp_path
+    wandb.teardown()  # wandb caches settings (and our env) in a process-wide singleton
+
+
+def test_wandb_offline_run_files(wandb_offline: Path) -> None:
+    logger = WandbLogger(
+        project="steadytrain-test", save_dir=str(wandb_offline), log_model=True, config={"seed": 7}
+    )
+    logger.log_hyperparams({"lr": 0.1, "model": {"depth": 4}, "device": torch.device("cpu")})
+    for step in (0, 10, 20):
+        logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    image = torch.rand(3, 16, 12)  # CHW float: wandb alone would need torchvision for tensors
+    mask = torch.zeros(16, 12, dtype=torch.long)
+    mask[4:8, 2:6] = 2
+    logger.log_image("samples", [image], step=20, masks=[{"predictions": mask, "ground_truth": mask}],
+                     caption=["first"], class_labels={0: "bg", 2: "cat"})  # fmt: skip
+    logger.log_histogram("weights", torch.tensor([0.0, 1.0, 2.0, float("nan")]), step=20)
+    checkpoints = Path(logger.log_dir) / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "last.ckpt").write_bytes(b"weights")
+    logger.finalize("success")
+
+    (run_dir,) = glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))
+    run = _read_offline_run(run_dir)
+    assert run["run"].run_id == logger.id and run["run"].project == "steadytrain-test"
+    assert run["config"]["lr"] == 0.1 and run["config"]["seed"] == 7
+    assert run["config"]["model"] == {"depth": 4} and run["config"]["device"] == "cpu"
+    scalars = [(row["trainer/global_step"], row["loss"]) for row in run["history"] if "loss" in row]
+    assert scalars == [(0, 1.0), (10, 1 / 11), (20, 1 / 21)]
+
+    (images,) = [row for row in run["history"] if "samples._type" in row]
+    assert images["trainer/global_step"] == 20 and images["samples.captions"] == ["first"]
+    assert (images["samples.width"], images["samples.height"]) == (12, 16)
+    assert set(images["samples.all_masks"][0]) == {"predictions", "ground_truth"}
+    (png,) = images["samples.filenames"]
+    assert png in run["files"] and (Path(run_dir) / "files" / png).stat().st_size > 0
+    assert glob.glob(os.path.join(run_dir, "files", "media", "images", "mask", "*.mask.png"))
+
+    (hist,) = [row for row in run["history"] if "weights._type" in row]
+    assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN dropped
+
+    (artifact,) = run["artifacts"]
+    assert artifact.name == f"model-{logger.id}" and artifact.type == "model"
+    assert [entry.path for entry in artifact.manifest.contents] == ["last.ckpt"]
+
+
+def test_wandb_resume_continues_the_same_run(wandb_offline: Path) -> None:
+    first = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    first.log_metrics({"loss": 1.0}, step=5)
+    state = first.state_dict()
+    first.finalize("failed")
+
+    resumed = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    assert resumed.id != state["id"]
+    resumed.load_state_dict(state)
+    resumed.log_hyperparams({"lr": 0.2})  # the run starts later, with the checkpointed id
+    assert resumed.experiment.id == state["id"]
+    assert resumed.log_dir == first.log_dir
+    resumed.log_metrics({"loss": 0.5}, step=3)  # earlier than the crashed run got: kept, not dropped
+    resumed.finalize("success")
+
+    # Offline, a resume is a second folder with the same id (``-1`` appended within the same second);
+    # `wandb sync` uploads both into one run, in order.
+    run_dirs = sorted(
+        glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{state['id']}*")), key=os.path.getmtime
+    )
+    assert len(run_dirs) == 2
+    history = _read_offline_run(run_dirs[1])["history"]
+    assert [(row["trainer/global_step"], row["loss"]) for row in history if "loss" in row] == [(3, 0.5)]
+
+
+# ----------------------------------------------------------------------------------------- TensorBoard
+
+
+def _events(log_dir: str) -> Any:
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    accumulator = event_accumulator.EventAccumulator(log_dir, size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_tensorboard_event_file(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    logger = TensorBoardLogger(save_dir=str(tmp_path))
+    logger.log_hyperparams({"lr": 0.1, "device": torch.device("cpu")})
+    for step in range(3):
+        logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    logger.log_image("rgb", [torch.rand(3, 8, 8)], step=2)
+    logger.log_image("gray", [torch.rand(1, 8, 8), (torch.rand(8, 8) * 255).to(torch.uint8).numpy()], step=2)
+    logger.log_histogram("weights", torch.randn(100), step=2)
+    logger.finalize("success")
+
+    assert logger.log_dir == str(tmp_path / "default" / "version_0")
+    events = _events(logger.log_dir)
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("loss")] == [
+        (0, 1.0),
+        (1, 0.5),
+        (2, 0.333333),
+    ]
+    assert {"rgb", "gray/0", "gray/1"} <= set(events.Tags()["images"])
+    assert events.Histograms("weights")[0].step == 2
+    text = events.Tensors("hparams/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "lr: 0.1" in text and "device: cpu" in text
+
+
+def test_tensorboard_resume_purges_the_crashed_tail(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    first = TensorBoardLogger(save_dir=str(tmp_path))
+    for step in range(3):
+        first.log_metrics({"loss": float(step)}, step=step)
+    state = first.state_dict()
+    first.log_metrics({"loss": 99.0}, step=3)  # after the checkpoint, then a crash
+    first.finalize("failed")
+
+    resumed = TensorBoardLogger(save_dir=str(tmp_path))
+    resumed.load_state_dict(state)
+    resumed.log_metrics({"loss": 3.0}, step=3)
+    resumed.finalize("success")
+    assert resumed.log_dir == first.log_dir
+    assert [(e.step, e.value) for e in _events(first.log_dir).Scalars("loss")] == [
+        (s, float(s)) for s in range(4)
+    ]

@@ -1,0 +1,200 @@
+"""The default logger: plain files that need nothing installed and open anywhere."""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import Any
+
+from typing_extensions import override
+
+from trainer.loggers.base import Logger, sanitize_hparams
+
+STEP = "step"
+
+
+def next_version(root: str) -> int:
+    """The first ``n`` above every existing ``version_<n>`` folder, so runs never overwrite each other."""
+    if not os.path.isdir(root):
+        return 0
+    taken = [
+        int(d.name[8:]) for d in os.scandir(root) if d.name.startswith("version_") and d.name[8:].isdigit()
+    ]
+    return max(taken, default=-1) + 1
+
+
+class RunFolder:
+    """``<save_dir>/<name>/version_<n>`` (or ``<name>/<version>`` for a string version).
+
+    The version is picked on first use, not at construction, so building a logger touches no disk.
+    Nothing is created here: the loggers create the folder on their first write.
+    """
+
+    def __init__(self, save_dir: str, name: str, version: int | str | None = None) -> None:
+        self.save_dir = save_dir
+        self.name = name
+        self._version = version
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(os.path.join(self.save_dir, self.name))
+        return self._version
+
+    @version.setter
+    def version(self, version: int | str) -> None:
+        self._version = version
+
+    @property
+    def path(self) -> str:
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return os.path.join(self.save_dir, self.name, folder)
+
+
+class MetricsFile:
+    """A CSV file whose header grows: a new column rewrites the file with the union, as Lightning does."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.columns: list[str] | None = None  # None until the file on disk (if any) has been read
+        self.num_rows = 0
+
+    @property
+    def rows(self) -> int:
+        """Data rows on disk."""
+        self._load()
+        return self.num_rows
+
+    def append(self, rows: list[dict[str, float]], keep: int | None = None) -> None:
+        """Write ``rows`` after the first ``keep`` rows already on disk (after all of them when None)."""
+        columns = self._load()
+        new = [key for key in _ordered_keys(rows) if key not in columns]
+        if new or (keep is not None and keep < self.num_rows):
+            kept = self._read()[1][:keep]
+            self._rewrite(columns + new, kept + rows)
+            self.num_rows = len(kept) + len(rows)
+        else:
+            self._write(self.path, rows, mode="a", header=_is_empty(self.path))
+            self.num_rows += len(rows)
+
+    def _load(self) -> list[str]:
+        """Header and row count of the file on disk, read once (a resumed run appends to it)."""
+        if self.columns is None:
+            self.columns, old = self._read()
+            self.num_rows = len(old)
+        return self.columns
+
+    def _read(self) -> tuple[list[str], list[dict[str, str]]]:
+        if _is_empty(self.path):
+            return [STEP], []
+        with open(self.path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            return list(reader.fieldnames or [STEP]), rows
+
+    def _rewrite(self, columns: list[str], rows: list[Any]) -> None:
+        """Write a temporary file and rename it, so a crash mid-rewrite keeps the old rows."""
+        self.columns = columns
+        self._write(self.path + ".tmp", rows, mode="w", header=True)
+        os.replace(self.path + ".tmp", self.path)
+
+    def _write(self, path: str, rows: list[Any], mode: str, header: bool) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, mode, newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns or [STEP], restval="")
+            if header:
+                writer.writeheader()
+            writer.writerows(rows)
+
+
+def _is_empty(path: str) -> bool:
+    return not os.path.exists(path) or os.path.getsize(path) == 0
+
+
+def _ordered_keys(rows: list[dict[str, float]]) -> list[str]:
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+class CSVLogger(Logger):
+    """Writes ``metrics.csv`` and ``hparams.yaml`` to ``<save_dir>/<name>/version_<n>``.
+
+    Rows are buffered and written every ``flush_every`` rows, at each checkpoint (``state_dict``) and
+    at ``finalize``. A resumed run appends to the same folder and drops the rows the crashed run wrote
+    after its last checkpoint, so every step appears once.
+    """
+
+    def __init__(
+        self,
+        save_dir: str = "runs",
+        name: str = "default",
+        version: int | str | None = None,
+        flush_every: int = 100,
+    ) -> None:
+        self.name = name
+        self.flush_every = flush_every
+        self._folder = RunFolder(save_dir, name, version)
+        self._file: MetricsFile | None = None
+        self._rows: list[dict[str, float]] = []
+        self._hparams: dict[str, Any] | None = None
+        self._keep: int | None = None  # rows of the checkpointed run to keep, set on resume
+
+    @property
+    @override
+    def log_dir(self) -> str:
+        return self._folder.path
+
+    @property
+    def version(self) -> int | str:
+        return self._folder.version
+
+    @override
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        """Kept until the first metrics, so a ``load_state_dict`` that comes later still picks the folder."""
+        self._hparams = sanitize_hparams(dict(params))
+
+    @override
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if self._hparams is not None:
+            self._write_hparams()
+        self._rows.append({STEP: step, **{k: float(v) for k, v in metrics.items() if k != STEP}})
+        if len(self._rows) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write pending hyper-parameters and buffered rows."""
+        if self._hparams is not None:
+            self._write_hparams()
+        if self._rows or self._keep is not None:
+            self._metrics_file().append(self._rows, keep=self._keep)
+            self._rows, self._keep = [], None
+
+    @override
+    def finalize(self, status: str) -> None:
+        self.flush()
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """Flushes first: a checkpoint is the point a resume restarts from, so its rows must be on disk."""
+        self.flush()
+        return {"version": self.version, "rows": self._metrics_file().rows}
+
+    @override
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue in the checkpointed run's folder; call it before logging anything."""
+        self._folder.version = state["version"]
+        self._file = None
+        self._keep = state.get("rows")
+
+    def _metrics_file(self) -> MetricsFile:
+        if self._file is None:
+            self._file = MetricsFile(os.path.join(self.log_dir, "metrics.csv"))
+        return self._file
+
+    def _write_hparams(self) -> None:
+        import yaml
+
+        os.makedirs(self.log_dir, exist_ok=True)
+        with open(os.path.join(self.log_dir, "hparams.yaml"), "w") as f:
+            yaml.safe_dump(self._hparams, f, sort_keys=False)
+        self._hparams = None

@@ -1,0 +1,208 @@
+"""Weights & Biases: wandb is imported and the run started on first use, so neither costs anything before."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import string
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from trainer.loggers.base import Logger, finite_values, sanitize_hparams, to_image_array, to_numpy
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
+
+STEP_METRIC = "trainer/global_step"
+
+
+def _import_wandb() -> Any:
+    from lightning_utilities.core.imports import RequirementCache
+
+    if not RequirementCache("wandb"):
+        raise ImportError("WandbLogger needs wandb: pip install steadytrain[wandb]")
+    import wandb
+
+    return wandb
+
+
+def _new_run_id() -> str:
+    """A wandb-style id (8 lowercase letters and digits) made without importing wandb."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+class WandbLogger(Logger):
+    """Logs to a wandb run; ``offline=True`` (or ``WANDB_MODE=offline``) writes a folder for ``wandb sync``.
+
+    Every value is logged with ``trainer/global_step`` as its x-axis (``define_metric``) rather than
+    ``step=``: wandb drops rows whose ``step`` goes backwards, which a resume from an older checkpoint
+    does, and an offline resume restarts wandb's own step at 0.
+    """
+
+    name = "wandb"
+
+    def __init__(
+        self,
+        project: str | None = None,
+        name: str | None = None,
+        entity: str | None = None,
+        save_dir: str = ".",
+        offline: bool = False,
+        log_model: bool = False,
+        tags: list[str] | None = None,
+        config: dict[str, Any] | None = None,
+        id: str | None = None,
+        **init_kwargs: Any,
+    ) -> None:
+        self.project = project
+        self.save_dir = save_dir
+        self.log_model = log_model
+        self._run_name = name
+        self._entity = entity
+        self._offline = offline
+        self._tags = tags
+        self._config = sanitize_hparams(config or {})
+        self._id = id or os.environ.get("WANDB_RUN_ID") or _new_run_id()
+        self._init_kwargs = init_kwargs
+        self._run: Run | None = None
+        self._unsent = bool(self._config)  # hyper-parameters waiting for the run to start
+
+    @property
+    def experiment(self) -> Run:
+        """The wandb run, started on first use."""
+        if self._run is None:
+            self._run = self._start()
+        return self._run
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    @override
+    def log_dir(self) -> str:
+        """``<save_dir>/<project>/<run id>``, known before the run starts (the id is made here)."""
+        return os.path.join(self.save_dir, self.project or "steadytrain", self._id)
+
+    @override
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        """Sent when the run starts, so a ``load_state_dict`` that comes later still picks the run."""
+        self._config.update(sanitize_hparams(dict(params)))
+        self._unsent = self._run is None
+        if self._run is not None:
+            self._run.config.update(self._config, allow_val_change=True)
+
+    @override
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.experiment.log({**metrics, STEP_METRIC: step})
+
+    @override
+    def log_image(
+        self,
+        key: str,
+        images: list[Any],
+        step: int,
+        masks: list[dict[str, Any]] | None = None,
+        caption: list[str] | None = None,
+        class_labels: dict[int, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Images with optional segmentation masks, one ``{"predictions": mask, "ground_truth": mask}``
+        per image; a mask is a 2D array of class ids or wandb's ``{"mask_data": ..., "class_labels": ...}``.
+        Other keyword arguments (``boxes``, ``classes``, ``mode``) go to ``wandb.Image``.
+        """
+        wandb = _import_wandb()
+        logged = []
+        for i, image in enumerate(images):
+            image_masks = _wandb_masks(masks[i], class_labels) if masks else None
+            text = caption[i] if caption else None
+            logged.append(wandb.Image(to_image_array(image), caption=text, masks=image_masks, **kwargs))
+        self.experiment.log({key: logged, STEP_METRIC: step})
+
+    @override
+    def log_histogram(self, key: str, values: Any, step: int) -> None:
+        values = finite_values(values)
+        if values.size:
+            self.experiment.log({key: _import_wandb().Histogram(values), STEP_METRIC: step})
+
+    @override
+    def finalize(self, status: str) -> None:
+        """Finish the run. Offline, wandb's service completes the run folder shortly after this returns
+        (at the latest by ``wandb.teardown()`` or process exit), before ``wandb sync`` can upload it.
+        """
+        if self._run is None and not self._unsent:
+            return
+        if self.log_model:
+            self._log_checkpoints()
+        self.experiment.finish(exit_code=0 if status == "success" else 1)
+        self._run = None
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"id": self._id, "project": self.project}
+
+    @override
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the checkpointed run (``resume="allow"``); call it before logging anything."""
+        if self._run is not None and self._run.id != state["id"]:
+            warnings.warn(
+                f"wandb run {self._run.id} already started; not switching to {state['id']}", stacklevel=2
+            )
+            return
+        self._id = state["id"]
+
+    def _start(self) -> Run:
+        wandb = _import_wandb()
+        os.makedirs(self.save_dir, exist_ok=True)
+        run = wandb.run or wandb.init(**self._init_args())
+        run.define_metric(STEP_METRIC)
+        run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
+        if self._config:
+            run.config.update(self._config, allow_val_change=True)
+        self._unsent = False
+        self._id = run.id
+        return run
+
+    def _init_args(self) -> dict[str, Any]:
+        offline = self._offline or os.environ.get("WANDB_MODE") in ("offline", "dryrun")
+        args: dict[str, Any] = {
+            "project": self.project,
+            "name": self._run_name,
+            "entity": self._entity,
+            "dir": self.save_dir,
+            "tags": self._tags,
+            "id": self._id,
+            "resume": "allow",
+        }
+        if offline:
+            args["mode"] = "offline"
+        return {**args, **self._init_kwargs}
+
+    def _log_checkpoints(self) -> None:
+        """Record ``<log_dir>/checkpoints/*`` as a model artifact (uploaded now, or by ``wandb sync``).
+
+        Files are referenced, not copied (``immutable``): checkpoints can be large; keep them until synced.
+        """
+        folder = os.path.join(self.log_dir, "checkpoints")
+        files = sorted(e.path for e in os.scandir(folder) if e.is_file()) if os.path.isdir(folder) else []
+        if not files:
+            return
+        artifact = _import_wandb().Artifact(f"model-{self._id}", type="model")
+        for path in files:
+            artifact.add_file(path, policy="immutable")
+        self.experiment.log_artifact(artifact, aliases=["latest"])
+
+
+def _wandb_masks(masks: dict[str, Any], class_labels: dict[int, str] | None) -> dict[str, dict[str, Any]]:
+    """Accept bare 2D arrays or tensors as well as wandb's ``{"mask_data": ...}`` dicts."""
+    out = {}
+    for name, mask in masks.items():
+        spec = dict(mask) if isinstance(mask, dict) else {"mask_data": mask}
+        spec["mask_data"] = to_numpy(spec["mask_data"])
+        if class_labels is not None:
+            spec.setdefault("class_labels", class_labels)
+        out[name] = spec
+    return out
