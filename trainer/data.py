@@ -238,7 +238,16 @@ def prepare_train_loader(
         )
     _check_room(len(_sized(sampler)), num_replicas, batch_size, drop_last, padded=True)
     new = _train_sampler(sampler, loader, num_replicas, rank, seed)
-    return _rebuild(loader, new, batch_size, drop_last)
+    rebuilt = _rebuild(loader, new, batch_size, drop_last)
+    if loader.generator is None:
+        # Ranks seeded alike would give their workers identical seeds (the DataLoader draws
+        # base_seed from the global RNG): a per-rank generator keeps augmentations independent.
+        rebuilt.generator = torch.Generator().manual_seed(_draw_seed() + rank)
+    return rebuilt
+
+
+def _draw_seed() -> int:
+    return int(torch.empty((), dtype=torch.int64).random_(2**62).item())
 
 
 def prepare_eval_loader(loader: DataLoader, num_replicas: int, rank: int) -> DataLoader:

@@ -12,6 +12,9 @@ class DataModule:
     "fit", "validation", "test" or "predict".
     """
 
+    def prepare_data(self) -> None:
+        """Download or generate data once: global rank zero runs it while the others wait."""
+
     def setup(self, stage: str) -> None:
         """Build datasets (every rank calls this)."""
 

@@ -13,6 +13,8 @@ from trainer.results import Results
 from trainer.seed import rng_state, set_rng_state
 from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags
 
+SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
+
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
@@ -23,12 +25,11 @@ if TYPE_CHECKING:
 # ---- fit ---------------------------------------------------------------------------------
 def run_fit(trainer: Trainer, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
     """Set up, restore if asked, sanity-check, then train epoch by epoch."""
-    train_loader, val_loaders = resolve_loaders(module, "fit", train, val, datamodule)
-    if train_loader is None:
-        raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
     trainer.stage = "fit"
     with prepare_run(trainer, module, "fit") as run:
         from trainer.optim import parse_optimizers
+
+        train_loader, val_loaders = resolve_loaders(trainer, module, "fit", train, val, datamodule)
 
         trainer.optimizers, trainer.lr_schedulers = parse_optimizers(module.configure_optimizers())
         trainer.train_dataloader = data.prepare_train_loader(
@@ -117,18 +118,24 @@ def _fit_epochs(trainer: Trainer) -> None:
 
 
 def _end_epoch(trainer: Trainer, completed: bool) -> None:
-    """Epoch-level logging, validation, epoch schedulers, then on_train_epoch_end (checkpoints)."""
+    """Validation, the module's on_train_epoch_end (what it logs counts for this epoch), epoch-level
+    logging, epoch schedulers, then the callbacks' on_train_epoch_end (checkpoints)."""
     from trainer.run import log_epoch_metrics
 
-    log_epoch_metrics(trainer, trainer.results, "train")
     every = trainer.check_val_every_n_epoch
     if trainer.val_dataloaders and every is not None and (trainer.current_epoch + 1) % every == 0:
         evaluate(trainer, "validation", trainer.val_dataloaders, trainer.limits["validation"])
+    module = trainer.module
+    assert module is not None
+    trainer.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
+    module.on_train_epoch_end()
+    log_epoch_metrics(trainer, trainer.results, "train")
     for config in trainer.lr_schedulers:
         if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0:
             _step_scheduler(trainer, config)
     trainer.epoch_finished = completed
-    call_hook(trainer, "on_train_epoch_end")
+    for cb in trainer.callbacks:
+        cb.on_train_epoch_end(trainer, module)
     trainer.epoch_finished = False
 
 
@@ -144,13 +151,15 @@ def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
     if skip == 0:
         call_hook(trainer, "on_train_epoch_start")
     strategy = trainer.strategy
+    agree_every = 1 if strategy.world_size == 1 else SIGNAL_CHECK_EVERY
     batches = _resumed_iterator(trainer, loader, skip) if skip else iter(loader)
     limit = trainer.num_training_batches
     for batch_idx, batch in enumerate(batches, start=skip):
         if batch_idx >= limit:
             break
         _train_batch(trainer, module, results, batch, batch_idx)
-        if strategy.reduce_boolean_decision(trainer.signal_received is not None):
+        # Ranks agree on a stop every few batches (a collective each batch would cost time).
+        if batch_idx % agree_every == 0 and strategy.reduce_boolean_decision(trainer.signal_received is not None):
             trainer.signal_received = trainer.signal_received or "SIGTERM"
             return False
         if 0 <= trainer.max_steps <= trainer.global_step:
@@ -196,10 +205,10 @@ def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any,
         _optimizer_step(trainer, module)
     trainer.batches_done = batch_idx + 1
     trainer.last_loss = loss.detach()
-    if should_step and trainer.global_step % trainer.log_every_n_steps == 0:
+    if should_step:  # callbacks see every step's values; loggers get them every log_every_n_steps
         from trainer.run import log_step_metrics
 
-        log_step_metrics(trainer, results)
+        log_step_metrics(trainer, results, write=trainer.global_step % trainer.log_every_n_steps == 0)
     for cb in callbacks:
         cb.on_train_batch_end(trainer, module, output, batch, batch_idx)
 
@@ -255,10 +264,10 @@ def _finite(trainer: Trainer, loss: torch.Tensor) -> bool:
 def _optimizer_step(trainer: Trainer, module: Module) -> None:
     precision = trainer.precision
     for optimizer in trainer.optimizers:
+        precision.unscale_(optimizer)  # hooks and clipping see the true gradients
         for cb in trainer.callbacks:
             cb.on_before_optimizer_step(trainer, module, optimizer)
         if trainer.gradient_clip_val is not None:
-            precision.unscale_(optimizer)
             _clip(trainer, optimizer)
         precision.optimizer_step(optimizer)
     stepped = precision.update()
@@ -346,11 +355,11 @@ def run_evaluation(
     trainer: Trainer, stage: str, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
 ) -> list[dict[str, float]]:
     """``Trainer.validate``/``test``: load weights if asked, evaluate, return the metrics."""
-    eval_loaders, _ = resolve_loaders(module, stage, loaders, None, datamodule)
     if not hasattr(module, f"{stage}_step"):
         raise AttributeError(f"{type(module).__name__} has no {stage}_step(); define it to run {stage}.")
     trainer.stage = stage
     with prepare_run(trainer, module, stage) as run:
+        eval_loaders, _ = resolve_loaders(trainer, module, stage, loaders, None, datamodule)
         run.restore(ckpt_path, weights_only=True)
         prepared = [
             data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders
@@ -363,10 +372,10 @@ def run_prediction(
     trainer: Trainer, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
 ) -> list[Any]:
     """``Trainer.predict``: outputs of ``predict_step`` for this rank's share, in order."""
-    pred_loaders, _ = resolve_loaders(module, "predict", loaders, None, datamodule)
     trainer.stage = "predict"
     outputs: list[Any] = []
     with prepare_run(trainer, module, "predict") as run:
+        pred_loaders, _ = resolve_loaders(trainer, module, "predict", loaders, None, datamodule)
         run.restore(ckpt_path, weights_only=True)
         module.eval()
         for loader in pred_loaders:

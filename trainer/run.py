@@ -130,17 +130,28 @@ def _check_not_empty(loader: Any, what: str) -> None:
             raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
 
 
-def resolve_loaders(module: Module, stage: str, primary: Any, val: Any, datamodule: Any) -> tuple[Any, list[Any]]:
-    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages."""
+def resolve_loaders(
+    trainer: Trainer, module: Module, stage: str, primary: Any, val: Any, datamodule: Any
+) -> tuple[Any, list[Any]]:
+    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
+
+    A DataModule's ``prepare_data`` (downloads, generation) runs on global rank zero while the
+    other ranks wait; then ``setup(stage)`` runs on every rank.
+    """
     if _is_datamodule(primary):
         datamodule, primary = primary, None
     source: Any = datamodule if datamodule is not None else module
-    if datamodule is not None and hasattr(datamodule, "setup"):
+    if datamodule is not None:
+        if trainer.is_global_zero and callable(getattr(datamodule, "prepare_data", None)):
+            datamodule.prepare_data()
+        trainer.strategy.barrier()
         datamodule.setup(stage)
     name = {"fit": "train", "validation": "val"}.get(stage, stage)
     if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":
+        if primary is None:
+            raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
         if val is None and callable(getattr(source, "val_dataloader", None)):
             val = source.val_dataloader()
         _check_not_empty(primary, "training")
@@ -161,12 +172,14 @@ def _to_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
-def log_step_metrics(trainer: Trainer, results: Results) -> None:
-    """Push this interval's per-step values to callback_metrics and the loggers."""
+def log_step_metrics(trainer: Trainer, results: Results, write: bool = True) -> None:
+    """Push this step's values to callback_metrics; with ``write``, the interval's to the loggers."""
     values = results.pop_step_metrics(trainer.strategy)
-    if not values:
-        return
     trainer.callback_metrics.update(values)
+    results.unwritten.update(values)
+    if not write or not results.unwritten:
+        return
+    values, results.unwritten = results.unwritten, {}
     if trainer.is_global_zero and trainer.loggers:
         floats = {k: v for k, v in _to_floats(values).items() if k not in results.no_logger}
         floats["epoch"] = trainer.current_epoch

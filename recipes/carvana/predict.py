@@ -49,3 +49,11 @@ def predict_masks(
     finally:
         model.train(was_training)
     return written
+
+
+def write_mask(mask: torch.Tensor, path: Path, n_classes: int) -> Path:
+    """Save class indices (H, W) as a grey PNG: class * 255 // (classes - 1)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = 255 // max(n_classes - 1, 1)
+    Image.fromarray((mask.cpu() * step).to(torch.uint8).numpy()).save(path)
+    return path
