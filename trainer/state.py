@@ -39,7 +39,7 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
         {"rng": rng_state(), "epoch_rng": trainer.epoch_rng, "grads": _accumulated_grads(trainer)}
     )
     dropped = sorted(set(module.hparams) - set(module.primitive_hparams()))
-    if dropped and strategy.is_global_zero:
+    if dropped and strategy.is_global_zero and trainer.config is None:  # the CLI config holds them
         warnings.warn(f"hyper-parameters {dropped} are not plain values and are left out of the checkpoint.",
                       stacklevel=3)
     checkpoint: dict[str, Any] = {

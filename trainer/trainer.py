@@ -37,7 +37,7 @@ def _check_limit(name: str, value: int | float | None) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ValueError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
-    if isinstance(value, float) and value > 1.0 and not value.is_integer():
+    if isinstance(value, float) and value > 1.0:
         raise ValueError(f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count.")
 
 
@@ -75,7 +75,38 @@ class Trainer:
         seed: int = 0,
         requeue_signal: str | None = "SIGUSR1",
     ) -> None:
-        """Check every flag now, so a typo fails before any work starts."""
+        """Check every flag now, so a typo fails before any work starts.
+
+        Args:
+            accelerator: "auto" (CUDA, then MPS, then CPU), "cpu", "cuda", "gpu" or "mps".
+            devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
+            strategy: "auto", "single", "dp", "ddp", or a Strategy instance (e.g. DDPStrategy(...)).
+            num_nodes: machines in a multi-node DDP job.
+            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler) or "bf16-mixed".
+            max_epochs: stop after this many epochs (default 1000 unless max_steps is set).
+            max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
+            accumulate_grad_batches: micro-batches whose gradients are summed before a step.
+            gradient_clip_val: clip gradients to this norm or value (None: no clipping).
+            gradient_clip_algorithm: "norm" or "value".
+            check_val_every_n_epoch: validate every n epochs (None: never during fit).
+            limit_train_batches: batches per epoch: an int count or a fraction in [0, 1].
+            limit_val_batches: batches per validation: an int count or a fraction in [0, 1].
+            limit_test_batches: batches per test: an int count or a fraction in [0, 1].
+            limit_predict_batches: batches per predict: an int count or a fraction in [0, 1].
+            num_sanity_val_steps: validation batches run before training (-1: all, 0: none).
+            log_every_n_steps: how often per-step values reach the loggers.
+            deterministic: ask PyTorch for deterministic algorithms.
+            default_root_dir: folder for run folders (logs, checkpoints).
+            logger: True for the CSV logger, False for none, or Logger instance(s).
+            callbacks: extra callbacks (a ModelCheckpoint and a ProgressBar are added if missing).
+            enable_progress_bar: draw a progress bar on rank zero.
+            enable_checkpointing: keep last.ckpt and the best checkpoints.
+            on_nonfinite_loss: "raise" (default), "skip" the batch, or "off" (no check).
+            use_distributed_sampler: shard training data with a DistributedSampler under DDP.
+            compile: apply torch.compile to the module (checkpoints stay portable).
+            seed: seed of the DistributedSampler's shuffle.
+            requeue_signal: extra signal that saves and exits like SIGTERM (SLURM requeue), or None.
+        """
         if max_epochs is not None and max_epochs < 0:
             raise ValueError(f"max_epochs={max_epochs!r} must be >= 0 (or None for the default of 1000).")
         if max_steps < -1:
