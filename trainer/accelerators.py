@@ -43,7 +43,12 @@ def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[in
     if devices == "auto":
         return [0] if accelerator in ("cpu", "mps") else list(range(max(available, 1)))
     if isinstance(devices, str):
-        devices = [int(d) for d in devices.split(",") if d.strip()] if "," in devices else int(devices)
+        try:
+            devices = [int(d) for d in devices.split(",") if d.strip()] if "," in devices else int(devices)
+        except ValueError:
+            raise ValueError(
+                f"devices={devices!r} is not a count, a comma-separated list of indices, -1 or 'auto'."
+            ) from None
     if isinstance(devices, int):
         if devices == -1:
             devices = available
@@ -53,7 +58,9 @@ def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[in
     else:
         indices = list(devices)
     limit = available
-    bad = [i for i in indices if i < 0 or (accelerator != "cpu" and i >= limit)]
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"devices={devices!r} lists an index more than once.")
+    bad = [i for i in indices if i < 0 or i >= limit]
     if accelerator == "cpu" and len(indices) > limit:
         raise ValueError(
             f"devices={devices!r} asks for {len(indices)} CPU processes but this machine has {limit} cores; "

@@ -250,15 +250,41 @@ def _loss_of(output: Any, step: int) -> torch.Tensor:
 
 
 def _finite(trainer: Trainer, loss: torch.Tensor) -> bool:
-    # .item() costs ~0.3 us on CPU against ~8 us for torch.isfinite; on CUDA both sync.
+    """False when the batch must be skipped; raises under on_nonfinite_loss="raise".
+
+    On CPU ``.item()`` is nearly free, so the check is immediate. On an accelerator a per-step
+    ``.item()`` would stall the device, so "raise" keeps a device-side record of the first bad
+    step and reads it at each logging interval and at the epoch end (see ``check_nonfinite``).
+    """
+    if loss.device.type != "cpu" and trainer.on_nonfinite_loss == "raise":
+        step = torch.tensor(trainer.global_step, device=loss.device)
+        first = trainer.first_nonfinite_step
+        bad = ~torch.isfinite(loss.detach())
+        if first is None:
+            trainer.first_nonfinite_step = torch.where(bad, step, torch.full_like(step, -1))
+        else:
+            trainer.first_nonfinite_step = torch.where(bad & (first < 0), step, first)
+        return True
     if math.isfinite(loss.item()):
         return True
     if trainer.on_nonfinite_loss == "raise":
-        raise FloatingPointError(
-            f"training_step returned a non-finite loss ({loss.item()}) at epoch {trainer.current_epoch}, "
-            f"global step {trainer.global_step}; pass on_nonfinite_loss='skip' to skip such batches."
-        )
+        _raise_nonfinite(trainer, trainer.global_step, loss.item())
     return False
+
+
+def _raise_nonfinite(trainer: Trainer, step: int, value: float | None = None) -> None:
+    shown = f" ({value})" if value is not None else ""
+    raise FloatingPointError(
+        f"training_step returned a non-finite loss{shown} at epoch {trainer.current_epoch}, "
+        f"global step {step}; pass on_nonfinite_loss='skip' to skip such batches."
+    )
+
+
+def check_nonfinite(trainer: Trainer) -> None:
+    """Read the deferred device-side record (one sync) and raise if a loss was not finite."""
+    first = trainer.first_nonfinite_step
+    if first is not None and (step := int(first)) >= 0:
+        _raise_nonfinite(trainer, step)
 
 
 def _optimizer_step(trainer: Trainer, module: Module) -> None:

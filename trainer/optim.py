@@ -45,8 +45,9 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
         raise ValueError(f"lr_scheduler frequency={config.frequency!r} must be >= 1.")
     if config.needs_metric and config.monitor is None:
         raise ValueError("ReduceLROnPlateau needs {'scheduler': ..., 'monitor': '<logged metric name>'}.")
-    if not hasattr(config.scheduler, "step") or not hasattr(config.scheduler, "state_dict"):
-        raise TypeError(f"{type(config.scheduler).__name__} is not an LR scheduler (no step/state_dict).")
+    sched = config.scheduler
+    if isinstance(sched, Optimizer) or not (hasattr(sched, "step") and hasattr(sched, "state_dict")):
+        raise TypeError(f"got {type(sched).__name__} where an LR scheduler (with step/state_dict) belongs.")
     return config
 
 
@@ -57,13 +58,21 @@ def _from_dict(config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     return [config["optimizer"]], [] if scheduler is None else [scheduler]
 
 
+def _is_pair(returned: Any) -> bool:
+    """``(optimizers, schedulers)``; ``(opt1, opt2)`` is two optimizers, not an optimizer and a scheduler."""
+    if not (isinstance(returned, tuple) and len(returned) == 2):
+        return False
+    return isinstance(returned[0], Sequence | Optimizer) and not isinstance(returned[1], Optimizer)
+
+
 def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConfig]]:
     """Normalise every documented return form; anything else is a clear error."""
+    schedulers: list[Any]
     if isinstance(returned, Optimizer):
         optimizers, schedulers = [returned], []
     elif isinstance(returned, Mapping):
         optimizers, schedulers = _from_dict(returned)
-    elif isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[0], Sequence | Optimizer):
+    elif _is_pair(returned):
         first, second = returned
         optimizers = [first] if isinstance(first, Optimizer) else list(first)
         schedulers = list(second) if isinstance(second, Sequence) else [second]

@@ -56,6 +56,7 @@ class MixedPrecision(Precision):
         if name == "16-mixed":
             self.scaler = torch.amp.GradScaler(device_type)
         self._unscaled: set[int] = set()
+        self._stepped = False  # whether the scaler stepped any optimizer since the last update
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type, dtype=self.dtype)
@@ -67,20 +68,24 @@ class MixedPrecision(Precision):
             self.scaler.scale(loss).backward()
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.scaler is not None and id(optimizer) not in self._unscaled:
+        if self.scaler is not None and id(optimizer) not in self._unscaled and _has_grads(optimizer):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler is None:
             optimizer.step()
-        else:
+        elif _has_grads(optimizer):  # none when every batch of the window was skipped (non-finite loss)
             self.scaler.step(optimizer)  # skips the step itself when grads hold inf/nan
+            self._stepped = True
 
     def update(self) -> bool:
         self._unscaled.clear()
         if self.scaler is None:
             return True
+        if not self._stepped:  # the scaler saw no gradients: nothing to update, nothing stepped
+            return False
+        self._stepped = False
         # The scale only shrinks when an overflow was found, i.e. when the steps were skipped.
         before = self.scaler.get_scale()
         self.scaler.update()
@@ -92,6 +97,10 @@ class MixedPrecision(Precision):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def _has_grads(optimizer: torch.optim.Optimizer) -> bool:
+    return any(p.grad is not None for group in optimizer.param_groups for p in group["params"])
 
 
 def build_precision(precision: str | int, device_type: str) -> Precision:

@@ -68,10 +68,13 @@ class Results:
     strategy: Strategy | None = None
     step_values: dict[str, Any] = field(default_factory=dict)
     step_sync: set[str] = field(default_factory=set)
+    unwritten: dict[str, torch.Tensor] = field(default_factory=dict)  # step values the loggers await
     epoch_values: dict[str, _EpochValue] = field(default_factory=dict)
     prog_bar: set[str] = field(default_factory=set)
     no_logger: set[str] = field(default_factory=set)
+    step_only_metrics: dict[str, Any] = field(default_factory=dict)  # Metrics to reset at the epoch end
     batch: Any = None
+    epoch_end: bool = False  # logging from on_train_epoch_end: defaults to on_epoch
     _lock: threading.Lock = field(default_factory=threading.Lock)  # DP replicas log from threads
 
     def log(
@@ -86,19 +89,21 @@ class Results:
         batch_size: int | None,
         reduce_fx: str,
     ) -> None:
-        training = self.stage == "train"
+        training = self.stage == "train" and not self.epoch_end
         on_step = training if on_step is None else on_step
         on_epoch = (not training) if on_epoch is None else on_epoch
         if reduce_fx not in _REDUCE_FX:
             raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(_REDUCE_FX)}.")
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing.")
+        both = on_step and on_epoch  # then the keys are name_step and name_epoch
+        keys = {f"{name}_step", f"{name}_epoch"} if both else {name}
         with self._lock:
             self._record(name, value, on_step, on_epoch, sync_dist, batch_size, reduce_fx)
             if prog_bar:
-                self.prog_bar.add(name)
+                self.prog_bar.update(keys)
             if not logger:
-                self.no_logger.add(name)
+                self.no_logger.update(keys)
 
     def _record(
         self, name: str, value: Any, on_step: bool, on_epoch: bool, sync: bool, batch_size: int | None, fx: str
@@ -113,6 +118,8 @@ class Results:
                 if sync:
                     self.step_sync.add(step_key)
         if not on_epoch:
+            if is_metric:
+                self.step_only_metrics[name] = value
             return
         entry = self.epoch_values.get(epoch_key)
         if entry is None:
@@ -130,6 +137,8 @@ class Results:
 
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
         """Compute every epoch aggregate (collective: every rank must call it)."""
+        for metric in self.step_only_metrics.values():
+            metric.reset()  # a Metric logged per step still starts each epoch afresh
         return {key: entry.compute(strategy) for key, entry in sorted(self.epoch_values.items())}
 
 

@@ -81,6 +81,7 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
     trainer.epoch_rng = {}
     trainer.epoch_finished = False
     trainer.last_loss = None
+    trainer.first_nonfinite_step = None
     status = "failed"
     try:
         if trainer.compile:

@@ -170,6 +170,7 @@ class Trainer:
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.epoch_finished = False
         self.last_loss: torch.Tensor | None = None
+        self.first_nonfinite_step: torch.Tensor | None = None  # device-side, read at log intervals
         if deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 class EarlyStopping(Callback):
     """Stop after ``patience`` checks without an improvement larger than ``min_delta``.
 
-    The check runs at each epoch end, after validation. Rank zero decides and every rank
-    follows, so all ranks stop at the same epoch.
+    The check runs at each epoch end, after validation (only in epochs that validated, when
+    fit has validation). Rank zero decides and every rank follows, so all ranks stop together.
     """
 
     def __init__(
@@ -35,12 +35,23 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopped_epoch: int | None = None
         self.reason = ""
+        self._validated = False  # validation ran (outside the sanity check) since the last check
 
     @property
     def state_key(self) -> str:
         return f"EarlyStopping[{self.monitor}]"
 
+    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+        self._validated = False
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        self._validated = self._validated or not trainer.sanity_checking
+
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        validates = bool(trainer.val_dataloaders) and trainer.check_val_every_n_epoch is not None
+        if validates and not self._validated:
+            return  # no validation this epoch: the metric is stale, so this epoch does not count
+        self._validated = False
         value = trainer.callback_metrics.get(self.monitor)
         if value is None:
             raise KeyError(

@@ -30,14 +30,20 @@ class ProgressBar(Callback):
         self._last_line = 0.0
         self._epoch_start = 0.0
         self._count = 0
+        self._eval_keys: set[str] = set()  # prog_bar names logged by validation
 
     def _metrics(self, trainer: Trainer) -> dict[str, str]:
         shown: dict[str, str] = {}
         if trainer.last_loss is not None:
             shown["loss"] = f"{float(trainer.last_loss):.4g}"
-        for key, value in trainer.progress_bar_metrics.items():
-            shown[key] = f"{value:.4g}"
+        keys = self._eval_keys | trainer.results.prog_bar
+        for key, value in trainer.callback_metrics.items():
+            if key in keys:
+                shown[key] = f"{float(value):.4g}"
         return shown
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        self._eval_keys |= trainer.results.prog_bar  # trainer.results is validation's here
 
     def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
         if not trainer.is_global_zero:
