@@ -165,7 +165,10 @@ def test_help_comes_from_docstrings_and_types(capsys: pytest.CaptureFixture[str]
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "Width of the hidden layer. (type: int, default: 8)" in out
-    assert "--trainer.max_epochs MAX_EPOCHS (type: int | null, default: null)" in out
+    assert (
+        "--trainer.max_epochs MAX_EPOCHS stop after this many epochs (default 1000 unless max_steps is set). "
+        "(type: int | null, default: null)"
+    ) in out
 
 
 # ---- errors: exit code 2 and a message that names the problem ------------------------------

@@ -343,10 +343,12 @@ def evaluate(trainer: Trainer, stage: str, loaders: list[Any], limit: int | floa
     # Evaluation must not shift training's random streams (iter() of a loader draws a seed):
     # then validating more or less often never changes what training computes.
     rng = rng_state()
-    with torch.no_grad():
-        for loader in loaders:
-            _eval_loader(trainer, module, results, stage, loader, limit)
-    set_rng_state(rng)
+    try:
+        with torch.no_grad():
+            for loader in loaders:
+                _eval_loader(trainer, module, results, stage, loader, limit)
+    finally:
+        set_rng_state(rng)
     call_hook(trainer, f"on_{stage}_epoch_end")
     from trainer.run import log_epoch_metrics
 

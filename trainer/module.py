@@ -156,12 +156,20 @@ class Module(nn.Module):
     # ---- checkpoints ---------------------------------------------------------------------
     @classmethod
     def load_from_checkpoint(
-        cls, path: str | Path, map_location: str | torch.device = "cpu", strict: bool = True, **overrides: Any
+        cls,
+        path: str | Path,
+        map_location: str | torch.device = "cpu",
+        strict: bool = True,
+        trusted_classes: tuple[type, ...] = (),
+        **overrides: Any,
     ) -> Module:
-        """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights."""
+        """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
+
+        The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types.
+        """
         from trainer.checkpoint import load_checkpoint, load_weights
 
-        checkpoint = load_checkpoint(path, map_location=map_location)
+        checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
         params = {**checkpoint.get("hparams", {}), **overrides}
         module = cls(**params)
         load_weights(module, checkpoint, strict=strict)

@@ -103,8 +103,10 @@ def _has_grads(optimizer: torch.optim.Optimizer) -> bool:
     return any(p.grad is not None for group in optimizer.param_groups for p in group["params"])
 
 
-def build_precision(precision: str | int, device_type: str) -> Precision:
+def build_precision(precision: str | int | Precision, device_type: str) -> Precision:
     """Turn the ``precision=`` flag into a plug-in, or say which names are valid."""
+    if isinstance(precision, Precision):
+        return precision
     name = _ALIASES.get(precision, precision)
     if name not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)}.")

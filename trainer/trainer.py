@@ -17,7 +17,7 @@ import torch
 from trainer.accelerators import select_strategy
 from trainer.callbacks.base import Callback
 from trainer.loggers.base import Logger
-from trainer.precision import build_precision
+from trainer.precision import Precision, build_precision
 from trainer.results import Results
 from trainer.strategies.base import Strategy
 
@@ -50,7 +50,7 @@ class Trainer:
         devices: int | str | list[int] = "auto",
         strategy: str | Strategy = "auto",
         num_nodes: int = 1,
-        precision: str | int = "32-true",
+        precision: str | int | Precision = "32-true",
         max_epochs: int | None = None,
         max_steps: int = -1,
         accumulate_grad_batches: int = 1,
@@ -82,7 +82,7 @@ class Trainer:
             devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
             strategy: "auto", "single", "dp", "ddp", or a Strategy instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
-            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler) or "bf16-mixed".
+            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", or a Precision.
             max_epochs: stop after this many epochs (default 1000 unless max_steps is set).
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.

@@ -157,7 +157,7 @@ class CSVLogger(Logger):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self._hparams is not None:
             self._write_hparams()
-        self._rows.append({STEP: step, **{k: float(v) for k, v in metrics.items() if k != STEP}})
+        self._rows.append({STEP: step, **{k: _number(v) for k, v in metrics.items() if k != STEP}})
         if len(self._rows) >= self.flush_every:
             self.flush()
 
@@ -198,3 +198,8 @@ class CSVLogger(Logger):
         with open(os.path.join(self.log_dir, "hparams.yaml"), "w") as f:
             yaml.safe_dump(self._hparams, f, sort_keys=False)
         self._hparams = None
+
+
+def _number(value: Any) -> int | float:
+    """Counts (epoch) stay integers in the file; everything else is a float."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)
