@@ -59,8 +59,13 @@ def raw_loop(steps: int) -> float:
 def trainer_loop(steps: int) -> float:
     module = MLP()
     fit = trainer.Trainer(
-        accelerator="cpu", max_steps=steps, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, num_sanity_val_steps=0,
+        accelerator="cpu",
+        max_steps=steps,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
     )
     data = loader(steps)
     start = time.perf_counter()

@@ -21,9 +21,9 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import trainer  # noqa: E402
-from recipes.carvana import CarvanaDataset, dice_loss, generate_synthetic_carvana, split_dataset  # noqa: E402
-from recipes.unet_carvana import UNetSegmentation  # noqa: E402
+import trainer
+from recipes.carvana import CarvanaDataset, dice_loss, generate_synthetic_carvana, split_dataset
+from recipes.unet_carvana import UNetSegmentation
 
 ROOT = Path("data/carvana_synth")
 
@@ -65,8 +65,15 @@ class Clock(trainer.Callback):
 def recipe(batches: int, batch_size: int) -> float:
     torch.manual_seed(0)
     clock = Clock()
-    fit = trainer.Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=batches, logger=False,
-                          enable_checkpointing=False, enable_progress_bar=False, callbacks=[clock])
+    fit = trainer.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=batches,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[clock],
+    )
     fit.fit(UNetSegmentation(base=8), train_loader(batch_size))
     return batches * batch_size / clock.elapsed
 

@@ -28,8 +28,15 @@ from recipes.shufflenet import ShuffleNet, SyntheticShapes
 class ShuffleNetClassifier(trainer.Module):
     """Cross-entropy classifier; validation accuracy is a torchmetrics metric (exact under DDP)."""
 
-    def __init__(self, n_classes: int = 10, groups: int = 3, lr: float = 0.05, stem: int = 24,
-                 widths: tuple[int, ...] = (60, 120, 240), depths: tuple[int, ...] = (2, 3, 2)) -> None:
+    def __init__(
+        self,
+        n_classes: int = 10,
+        groups: int = 3,
+        lr: float = 0.05,
+        stem: int = 24,
+        widths: tuple[int, ...] = (60, 120, 240),
+        depths: tuple[int, ...] = (2, 3, 2),
+    ) -> None:
         """
         Args:
             n_classes: number of classes.
@@ -64,8 +71,15 @@ class ShuffleNetClassifier(trainer.Module):
 class ShapesData(trainer.DataModule):
     """Generated class-dependent stripe images; nothing is stored, so ranks share no state."""
 
-    def __init__(self, n_train: int = 2048, n_val: int = 512, size: int = 32, n_classes: int = 10,
-                 batch_size: int = 64, num_workers: int = 0) -> None:
+    def __init__(
+        self,
+        n_train: int = 2048,
+        n_val: int = 512,
+        size: int = 32,
+        n_classes: int = 10,
+        batch_size: int = 64,
+        num_workers: int = 0,
+    ) -> None:
         """
         Args:
             n_train: training images.

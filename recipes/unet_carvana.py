@@ -110,9 +110,12 @@ class UNetSegmentation(trainer.Module):
         path = self.trainer.log_dir / "samples" / f"epoch{self.current_epoch:03d}.png"
         save_sample_grid(path, images, masks, predictions)
         for logger in self.trainer.loggers:
-            logger.log_image("val/samples", [img for img in images], self.global_step,
-                             masks=[{"ground_truth": m.numpy(), "prediction": p.numpy()}
-                                    for m, p in zip(masks, predictions)])
+            logger.log_image(
+                "val/samples",
+                [img for img in images],
+                self.global_step,
+                masks=[{"ground_truth": m.numpy(), "prediction": p.numpy()} for m, p in zip(masks, predictions)],
+            )
         self._samples = None
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -215,8 +218,14 @@ class CarvanaData(trainer.DataModule):
         self.train_set, self.val_set = split_dataset(dataset, self.val_percent, seed=self.split_seed)
 
     def _loader(self, dataset: Dataset[Any], shuffle: bool) -> DataLoader[Any]:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          pin_memory=torch.cuda.is_available(), persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader[Any]:
         return self._loader(self.train_set, shuffle=True)

@@ -72,3 +72,17 @@ def assert_bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b):
         assert torch.equal(x, y), f"max difference {(x - y).abs().max().item()}"
+
+
+def quiet(tmp_path: object, **kwargs: object) -> trainer.Trainer:
+    """A CPU Trainer that writes nothing and skips the sanity check unless told otherwise."""
+    defaults: dict[str, object] = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    defaults.update(kwargs)
+    return trainer.Trainer(**defaults)  # type: ignore[arg-type]

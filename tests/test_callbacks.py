@@ -10,20 +10,7 @@ import pytest
 import torch
 
 import trainer
-from tests.models import Regressor, loader, regression_data
-
-
-def quiet(tmp_path: Path, **kwargs: Any) -> trainer.Trainer:
-    defaults: dict[str, Any] = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return trainer.Trainer(**defaults)
+from tests.models import Regressor, loader, quiet, regression_data
 
 
 def data(n: int = 16, batch_size: int = 4) -> torch.utils.data.DataLoader:
@@ -67,9 +54,7 @@ class Recorder(trainer.Callback):
         assert isinstance(outputs, torch.Tensor) and outputs.dim() == 0
         self.calls.append(("on_train_batch_end", batch_idx))
 
-    def on_before_optimizer_step(
-        self, trainer: trainer.Trainer, module: trainer.Module, optimizer: Any
-    ) -> None:
+    def on_before_optimizer_step(self, trainer: trainer.Trainer, module: trainer.Module, optimizer: Any) -> None:
         assert all(p.grad is not None for p in module.parameters())
         self.calls.append(("on_before_optimizer_step", trainer.global_step))
 
@@ -85,9 +70,7 @@ class Recorder(trainer.Callback):
     def on_validation_epoch_end(self, trainer: trainer.Trainer, module: trainer.Module) -> None:
         self.calls.append(("on_validation_epoch_end",))
 
-    def on_exception(
-        self, trainer: trainer.Trainer, module: trainer.Module, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: trainer.Trainer, module: trainer.Module, exception: BaseException) -> None:
         self.calls.append(("on_exception", type(exception).__name__))
 
 
@@ -185,9 +168,7 @@ def ckpt_names(folder: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(("mode", "best", "second"), [("min", 3, 1), ("max", 2, 4)])
-def test_top_k_keeps_the_best_two_and_deletes_the_rest(
-    tmp_path: Path, mode: str, best: int, second: int
-) -> None:
+def test_top_k_keeps_the_best_two_and_deletes_the_rest(tmp_path: Path, mode: str, best: int, second: int) -> None:
     scores = [0.5, 0.2, 0.9, 0.1, 0.7]
     folder = tmp_path / "ckpts"
     cb = trainer.ModelCheckpoint(dirpath=folder, monitor="score", mode=mode, save_top_k=2, save_last=True)
@@ -235,9 +216,7 @@ def test_every_n_train_steps(tmp_path: Path, accumulate: int, every: int, expect
     cb = trainer.ModelCheckpoint(
         dirpath=folder, every_n_train_steps=every, every_n_epochs=None, save_top_k=-1, save_last=False
     )
-    fit = quiet(
-        tmp_path, max_epochs=2, callbacks=[cb], enable_checkpointing=True, accumulate_grad_batches=accumulate
-    )
+    fit = quiet(tmp_path, max_epochs=2, callbacks=[cb], enable_checkpointing=True, accumulate_grad_batches=accumulate)
     fit.fit(Regressor(), data(16))
     assert ckpt_names(folder) == expected
     for name in expected:
@@ -346,9 +325,7 @@ def test_early_stopping_state_round_trips(tmp_path: Path) -> None:
     scores = [5.0, 4.0, 4.5, 4.4, 4.3]
     es = trainer.EarlyStopping(monitor="score", patience=3)
     cb = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", save_top_k=0)
-    quiet(tmp_path, max_epochs=4, callbacks=[es, cb], enable_checkpointing=True).fit(
-        Scored(scores), data(8), data(8)
-    )
+    quiet(tmp_path, max_epochs=4, callbacks=[es, cb], enable_checkpointing=True).fit(Scored(scores), data(8), data(8))
     state = es.state_dict()
     assert state == {"wait_count": 2, "best_score": 4.0, "stopped_epoch": None}
     saved = torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)["callbacks"]
@@ -363,9 +340,7 @@ def test_early_stopping_state_round_trips(tmp_path: Path) -> None:
 
 def test_early_stopping_missing_metric(tmp_path: Path) -> None:
     es = trainer.EarlyStopping(monitor="val_loss")
-    with pytest.raises(
-        KeyError, match=r"monitor='val_loss'\) found no such logged metric; logged: \['score'"
-    ):
+    with pytest.raises(KeyError, match=r"monitor='val_loss'\) found no such logged metric; logged: \['score'"):
         quiet(tmp_path, max_epochs=2, callbacks=[es]).fit(Scored(), data(8), data(8))
 
 
@@ -387,16 +362,12 @@ class Shown(Regressor):
         self.log("val_metric", 0.25, prog_bar=True)
 
 
-def test_progress_bar_prints_plain_lines_without_a_tty(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_progress_bar_prints_plain_lines_without_a_tty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bar = trainer.ProgressBar(refresh_rate=1, line_interval_s=0)
     module = Shown()
     quiet(tmp_path, max_epochs=2, callbacks=[bar], enable_progress_bar=True).fit(module, data(16), data(8))
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch ")]
-    pattern = re.compile(
-        r"epoch (\d) batch (\d)/4 step (\d) [\d.]+ it/s loss=(\S+) seen=(\S+)(?: val_metric=(\S+))?$"
-    )
+    pattern = re.compile(r"epoch (\d) batch (\d)/4 step (\d) [\d.]+ it/s loss=(\S+) seen=(\S+)(?: val_metric=(\S+))?$")
     parsed = [pattern.match(ln) for ln in lines]
     assert all(parsed), lines
     # One line per batch (refresh_rate=1) plus one at each epoch end.

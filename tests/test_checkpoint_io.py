@@ -91,9 +91,7 @@ def test_save_creates_parents_and_round_trips(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["x.ckpt"]
 
 
-def test_failed_save_keeps_previous_file_and_leaves_no_tmp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_save_keeps_previous_file_and_leaves_no_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "last.ckpt"
     save_checkpoint({"epoch": 1}, path)
 
@@ -123,9 +121,7 @@ def test_killed_save_leaves_old_file_and_its_tmp_is_cleaned(tmp_path: Path) -> N
         checkpoint.save_checkpoint({{"epoch": 2}}, {str(path)!r})
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 9
     leftovers = [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
     assert len(leftovers) == 1 and leftovers[0].name.startswith(".last.ckpt.tmp-")

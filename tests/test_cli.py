@@ -183,9 +183,7 @@ def test_help_comes_from_docstrings_and_types(capsys: pytest.CaptureFixture[str]
         ("--trainer.gradient_clip_algorithm abs", "gradient_clip_algorithm='abs': choose one of norm, value"),
     ],
 )
-def test_bad_values_exit_2_naming_the_flag(
-    args: str, message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_values_exit_2_naming_the_flag(args: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build(args)
     assert exit_info.value.code == 2

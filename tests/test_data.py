@@ -198,9 +198,7 @@ def test_custom_batch_sampler_is_refused() -> None:
 
 
 def test_explicit_default_batch_sampler_is_sharded() -> None:
-    loader = DataLoader(
-        CountingDataset(10), batch_sampler=BatchSampler(SequentialSampler(range(10)), 3, True)
-    )
+    loader = DataLoader(CountingDataset(10), batch_sampler=BatchSampler(SequentialSampler(range(10)), 3, True))
     new = prepare_train_loader(loader, 2, 0)
     assert (new.batch_size, new.drop_last, len(new)) == (3, True, 1)
 
@@ -250,9 +248,7 @@ def test_set_epoch_reaches_each_object_once() -> None:
 def test_epoch_rng_round_trips_through_weights_only_load() -> None:
     sampler_gen, loader_gen = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
     data = CountingDataset(12)
-    loader = DataLoader(
-        data, batch_size=4, sampler=RandomSampler(data, generator=sampler_gen), generator=loader_gen
-    )
+    loader = DataLoader(data, batch_size=4, sampler=RandomSampler(data, generator=sampler_gen), generator=loader_gen)
     buffer = io.BytesIO()
     torch.save(capture_epoch_rng(loader), buffer)
     first = indices(loader)
@@ -336,9 +332,7 @@ def test_skip_batches_refuses_iterable_and_negative() -> None:
 
 
 # ---- limits -------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("limit", "expected"), [(None, 10), (3, 3), (50, 10), (0, 0), (0.25, 2), (1.0, 10), (0.0, 0)]
-)
+@pytest.mark.parametrize(("limit", "expected"), [(None, 10), (3, 3), (50, 10), (0, 0), (0.25, 2), (1.0, 10), (0.0, 0)])
 def test_num_batches_with_len(limit: int | float | None, expected: int) -> None:
     loader = DataLoader(CountingDataset(20), batch_size=2)
     assert has_len(loader)

@@ -83,10 +83,14 @@ def extract_blocks(path: Path) -> list[Block]:
         j = i + 1
         while j < len(lines):
             closing = FENCE.match(lines[j])
-            if closing and closing["fence"][0] == fence[0] and len(closing["fence"]) >= len(fence) \
-                    and not closing["info"].strip():
+            if (
+                closing
+                and closing["fence"][0] == fence[0]
+                and len(closing["fence"]) >= len(fence)
+                and not closing["info"].strip()
+            ):
                 break
-            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j].lstrip())
             j += 1
         else:
             raise AssertionError(f"docs/{page}:{i + 1}: code fence is never closed")
@@ -152,8 +156,7 @@ def test_pages_were_found() -> None:
     assert "index.md" in PAGES and "quickstart.md" in RUNNABLE_PAGES
 
 
-@pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.lang == "python" and not b.runs],
-                         ids=lambda b: b.where)
+@pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.lang == "python" and not b.runs], ids=lambda b: b.where)
 def test_no_run_snippets_compile(block: Block) -> None:
     """Blocks that cannot run here must still be valid Python."""
     compile(block.code, block.where, "exec")
@@ -180,9 +183,21 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     pytest.importorskip("mkdocstrings_handlers.python")
     pytest.importorskip("material")
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-         "-d", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,22 +13,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import trainer
+from tests import models
 from tests.models import Regressor, loader, params, regression_data
 from trainer.checkpoint import CheckpointError
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> trainer.Trainer:
-    defaults: dict[str, Any] = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        max_epochs=1,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return trainer.Trainer(**defaults)
+    return models.quiet(tmp_path, **{"max_epochs": 1, **kwargs})
 
 
 class CountingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -68,9 +59,7 @@ class CountingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         (dict(check_val_every_n_epoch=0), ["check_val_every_n_epoch=0"]),
     ],
 )
-def test_bad_trainer_flag_names_value_and_choices(
-    tmp_path: Path, flags: dict[str, Any], mentions: list[str]
-) -> None:
+def test_bad_trainer_flag_names_value_and_choices(tmp_path: Path, flags: dict[str, Any], mentions: list[str]) -> None:
     with pytest.raises(ValueError) as exc:
         quiet(tmp_path, **flags)
     for text in mentions:
@@ -147,9 +136,7 @@ class NoOptimizers(trainer.Module):
         (NoOptimizers(), r"NoOptimizers must define configure_optimizers\(\)"),
     ],
 )
-def test_incomplete_module_fails_before_any_batch(
-    tmp_path: Path, module: trainer.Module, pattern: str
-) -> None:
+def test_incomplete_module_fails_before_any_batch(tmp_path: Path, module: trainer.Module, pattern: str) -> None:
     ds = CountingDataset()
     with pytest.raises(AttributeError, match=pattern):
         quiet(tmp_path).fit(module, DataLoader(ds, batch_size=4))
@@ -282,9 +269,7 @@ def test_bad_training_step_output(tmp_path: Path, kind: str, error: type[Excepti
 
 def test_nan_loss_raise_names_the_step(tmp_path: Path) -> None:
     module = BadStep("nan", bad_at=2)
-    with pytest.raises(
-        FloatingPointError, match=r"non-finite loss \(nan\) at epoch 0, global step 2;.*'skip'"
-    ):
+    with pytest.raises(FloatingPointError, match=r"non-finite loss \(nan\) at epoch 0, global step 2;.*'skip'"):
         quiet(tmp_path, on_nonfinite_loss="raise").fit(module, loader(regression_data(16), batch_size=4))
     assert module.seen == [0, 1, 2]
 
@@ -443,7 +428,5 @@ def test_log_with_bad_reduce_fx(tmp_path: Path) -> None:
             self.log("x", 1.0, reduce_fx="median")
             return super().training_step(batch, batch_idx)
 
-    with pytest.raises(
-        ValueError, match=r"self\.log\('x', reduce_fx='median'\): choose one of mean, sum, max, min"
-    ):
+    with pytest.raises(ValueError, match=r"self\.log\('x', reduce_fx='median'\): choose one of mean, sum, max, min"):
         quiet(tmp_path).fit(BadLog(), loader(regression_data(16)))

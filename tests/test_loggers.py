@@ -39,9 +39,7 @@ def test_import_loads_no_backend() -> None:
         "loaded = {'wandb', 'tensorboard', 'torch.utils.tensorboard'} & set(sys.modules)\n"
         "assert not loaded, loaded\n"
     )
-    subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 @pytest.mark.parametrize(("logger", "extra"), [(WandbLogger, "wandb"), (TensorBoardLogger, "tensorboard")])
@@ -223,9 +221,7 @@ def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 
 
 def test_wandb_offline_run_files(wandb_offline: Path) -> None:
-    logger = WandbLogger(
-        project="steadytrain-test", save_dir=str(wandb_offline), log_model=True, config={"seed": 7}
-    )
+    logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline), log_model=True, config={"seed": 7})
     logger.log_hyperparams({"lr": 0.1, "model": {"depth": 4}, "device": torch.device("cpu")})
     for step in (0, 10, 20):
         logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
@@ -281,9 +277,7 @@ def test_wandb_resume_continues_the_same_run(wandb_offline: Path) -> None:
 
     # Offline, a resume is a second folder with the same id (``-1`` appended within the same second);
     # `wandb sync` uploads both into one run, in order.
-    run_dirs = sorted(
-        glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{state['id']}*")), key=os.path.getmtime
-    )
+    run_dirs = sorted(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{state['id']}*")), key=os.path.getmtime)
     assert len(run_dirs) == 2
     history = _read_offline_run(run_dirs[1])["history"]
     assert [(row["trainer/global_step"], row["loss"]) for row in history if "loss" in row] == [(3, 0.5)]
@@ -337,6 +331,4 @@ def test_tensorboard_resume_purges_the_crashed_tail(tmp_path: Path) -> None:
     resumed.log_metrics({"loss": 3.0}, step=3)
     resumed.finalize("success")
     assert resumed.log_dir == first.log_dir
-    assert [(e.step, e.value) for e in _events(first.log_dir).Scalars("loss")] == [
-        (s, float(s)) for s in range(4)
-    ]
+    assert [(e.step, e.value) for e in _events(first.log_dir).Scalars("loss")] == [(s, float(s)) for s in range(4)]

@@ -14,6 +14,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import BinaryAccuracy, BinaryPrecision
 
 import trainer
+from tests import models
 from tests.models import Regressor, loader, regression_data
 from trainer.loggers.base import Logger
 
@@ -39,17 +40,7 @@ class Memory(Logger):
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> trainer.Trainer:
-    defaults: dict[str, Any] = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        max_epochs=1,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return trainer.Trainer(**defaults)
+    return models.quiet(tmp_path, **{"max_epochs": 1, **kwargs})
 
 
 def ten() -> TensorDataset:
@@ -260,9 +251,7 @@ def test_metric_is_computed_over_the_epoch_and_reset(tmp_path: Path) -> None:
     fit.fit(module, loader(labelled(), batch_size=4), loader(labelled(), batch_size=4))
     assert [v for _, v in mem.values("val_acc")] == pytest.approx(expected)
     assert module.train_acc_state_at_epoch_start == [0, 0]
-    assert fit.validate(module, loader(labelled(), batch_size=3)) == [
-        {"val_acc": pytest.approx(accuracy(5.5))}
-    ]
+    assert fit.validate(module, loader(labelled(), batch_size=3)) == [{"val_acc": pytest.approx(accuracy(5.5))}]
 
 
 def test_metric_collection_through_log_dict(tmp_path: Path) -> None:
@@ -358,9 +347,7 @@ def test_validate_test_and_predict(tmp_path: Path) -> None:
     with torch.no_grad():
         full_loss = torch.nn.functional.mse_loss(module.net(x), y).item()
         outputs = module.net(x)
-    assert fit.validate(module, loader(ds, batch_size=4)) == [
-        {"val_loss": pytest.approx(full_loss, rel=1e-5)}
-    ]
+    assert fit.validate(module, loader(ds, batch_size=4)) == [{"val_loss": pytest.approx(full_loss, rel=1e-5)}]
     assert fit.test(module, loader(ds, batch_size=3)) == [
         {"test_count": 10.0, "test_loss": pytest.approx(full_loss, rel=1e-5)}
     ]

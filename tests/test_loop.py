@@ -7,17 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer
-from tests.models import Regressor, assert_bitwise_equal, loader, params, regression_data
-
-
-def quiet(tmp_path: Path, **kwargs: object) -> trainer.Trainer:
-    defaults: dict[str, object] = dict(
-        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return trainer.Trainer(**defaults)  # type: ignore[arg-type]
+from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
 
 
 def hand_written(module: Regressor, data: torch.utils.data.DataLoader, epochs: int, accumulate: int = 1) -> None:
@@ -38,7 +28,9 @@ def hand_written(module: Regressor, data: torch.utils.data.DataLoader, epochs: i
 
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_fp32_single_device_is_bitwise_equal_to_hand_written_loop(tmp_path: Path, shuffle: bool, dropout: float) -> None:
+def test_fp32_single_device_is_bitwise_equal_to_hand_written_loop(
+    tmp_path: Path, shuffle: bool, dropout: float
+) -> None:
     ds = regression_data()
     torch.manual_seed(1)
     reference = Regressor(dropout=dropout)

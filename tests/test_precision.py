@@ -12,21 +12,12 @@ import torch
 from torch.utils.data import TensorDataset
 
 import trainer
+from tests import models
 from tests.models import Regressor, assert_bitwise_equal, loader, params, regression_data
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> trainer.Trainer:
-    defaults: dict[str, Any] = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        max_epochs=1,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return trainer.Trainer(**defaults)
+    return models.quiet(tmp_path, **{"max_epochs": 1, **kwargs})
 
 
 def small_data(n: int = 16, seed: int = 0) -> TensorDataset:
@@ -117,9 +108,7 @@ class Probe(trainer.Callback):
     ) -> None:
         self.before.append(params(module))
 
-    def on_before_optimizer_step(
-        self, trainer: trainer.Trainer, module: trainer.Module, optimizer: Any
-    ) -> None:
+    def on_before_optimizer_step(self, trainer: trainer.Trainer, module: trainer.Module, optimizer: Any) -> None:
         self.grads.append([p.grad.detach().clone() for p in module.parameters()])  # type: ignore[union-attr]
 
     def on_train_batch_end(
@@ -258,9 +247,7 @@ def test_step_scheduler_with_frequency_two(tmp_path: Path) -> None:
 def test_epoch_scheduler(tmp_path: Path, frequency: int, epoch_lrs: list[float], final: float) -> None:
     probe = Probe()
     fit = quiet(tmp_path, max_epochs=4, callbacks=[probe])
-    fit.fit(
-        Linear(scheduler="steplr", interval="epoch", frequency=frequency), loader(small_data(8), batch_size=4)
-    )
+    fit.fit(Linear(scheduler="steplr", interval="epoch", frequency=frequency), loader(small_data(8), batch_size=4))
     assert probe.epoch_lrs == pytest.approx(epoch_lrs)
     assert probe.lrs == pytest.approx([lr for lr in epoch_lrs for _ in range(2)])  # constant within an epoch
     assert fit.optimizers[0].param_groups[0]["lr"] == pytest.approx(final)
@@ -269,9 +256,7 @@ def test_epoch_scheduler(tmp_path: Path, frequency: int, epoch_lrs: list[float],
 def test_reduce_on_plateau_with_monitor(tmp_path: Path) -> None:
     probe = Probe()
     fit = quiet(tmp_path, max_epochs=3, callbacks=[probe], num_sanity_val_steps=1)
-    fit.fit(
-        Linear(scheduler="plateau"), loader(small_data(8), batch_size=4), loader(small_data(8), batch_size=4)
-    )
+    fit.fit(Linear(scheduler="plateau"), loader(small_data(8), batch_size=4), loader(small_data(8), batch_size=4))
     assert probe.epoch_lrs == pytest.approx([0.1, 0.1, 0.05])
     assert fit.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.025)
 

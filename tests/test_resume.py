@@ -21,16 +21,30 @@ class ScheduledRegressor(Regressor):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
-def run(tmp_path: Path, data_kwargs: dict[str, Any], ckpt: str | Path | None = None, noisy: bool = False,
-        accumulate: int = 1, epochs: int = 3) -> tuple[list[torch.Tensor], trainer.Trainer]:
+def run(
+    tmp_path: Path,
+    data_kwargs: dict[str, Any],
+    ckpt: str | Path | None = None,
+    noisy: bool = False,
+    accumulate: int = 1,
+    epochs: int = 3,
+) -> tuple[list[torch.Tensor], trainer.Trainer]:
     torch.manual_seed(0)
     module = ScheduledRegressor(dropout=0.2, lr=0.01)
     base = regression_data(n=56)
     ds = NoisyDataset(base) if noisy else base
-    every_step = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", filename="step{step}", save_top_k=-1,
-                                         every_n_train_steps=1)
-    fit = trainer.Trainer(accelerator="cpu", max_epochs=epochs, accumulate_grad_batches=accumulate, logger=False,
-                          enable_progress_bar=False, callbacks=[every_step], default_root_dir=tmp_path)
+    every_step = trainer.ModelCheckpoint(
+        dirpath=tmp_path / "ckpts", filename="step{step}", save_top_k=-1, every_n_train_steps=1
+    )
+    fit = trainer.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        accumulate_grad_batches=accumulate,
+        logger=False,
+        enable_progress_bar=False,
+        callbacks=[every_step],
+        default_root_dir=tmp_path,
+    )
     fit.fit(module, loader(ds, batch_size=8, **data_kwargs), loader(base, batch_size=16), ckpt_path=ckpt)
     return params(module), fit
 
@@ -57,9 +71,13 @@ def test_resume_from_any_step_is_bitwise_equal(tmp_path: Path, case: str) -> Non
         ckpt = tmp_path / "full" / "ckpts" / f"step{step}.ckpt"
         assert ckpt.is_file(), sorted(p.name for p in ckpt.parent.iterdir())
         if "generator" in data_kwargs:
-            data_kwargs = {**data_kwargs, "generator": torch.Generator().manual_seed(123)}  # state comes from ckpt
-        resumed, resumed_fit = run(tmp_path / f"resume{step}", data_kwargs, ckpt=ckpt, noisy=noisy,
-                                   accumulate=accumulate)
+            data_kwargs = {
+                **data_kwargs,
+                "generator": torch.Generator().manual_seed(123),
+            }  # state comes from ckpt
+        resumed, resumed_fit = run(
+            tmp_path / f"resume{step}", data_kwargs, ckpt=ckpt, noisy=noisy, accumulate=accumulate
+        )
         assert resumed_fit.global_step == fit.global_step
         assert_bitwise_equal(resumed, final)
 
@@ -67,8 +85,14 @@ def test_resume_from_any_step_is_bitwise_equal(tmp_path: Path, case: str) -> Non
 def test_resume_last_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
     final, _ = run(tmp_path, {"shuffle": True})
     (tmp_path / "ckpts" / ".last.ckpt.tmp-999999").write_bytes(b"torn")  # a killed save's leftover
-    fit = trainer.Trainer(accelerator="cpu", max_epochs=3, logger=False, enable_progress_bar=False,
-                          callbacks=[trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts")], default_root_dir=tmp_path)
+    fit = trainer.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        logger=False,
+        enable_progress_bar=False,
+        callbacks=[trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts")],
+        default_root_dir=tmp_path,
+    )
     module = ScheduledRegressor(dropout=0.2, lr=0.01)
     fit.fit(module, loader(regression_data(n=56), batch_size=8, shuffle=True), ckpt_path="last")
     assert fit.global_step == 21  # restored at the end: nothing left to train
@@ -90,13 +114,23 @@ def test_resume_cost_does_not_grow_with_batches_done(tmp_path: Path) -> None:
             loads.append(i)
             return self.base[i]
 
-    _, fit = run(tmp_path / "full", {"shuffle": True}, epochs=1)
+    _, _fit = run(tmp_path / "full", {"shuffle": True}, epochs=1)
     for step in (1, 5):
         loads.clear()
         torch.manual_seed(0)
         module = ScheduledRegressor(dropout=0.2, lr=0.01)
-        resumed = trainer.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
-                                  enable_checkpointing=False, num_sanity_val_steps=0, default_root_dir=tmp_path)
-        resumed.fit(module, loader(Counting(), batch_size=8, shuffle=True),
-                    ckpt_path=tmp_path / "full" / "ckpts" / f"step{step}.ckpt")
+        resumed = trainer.Trainer(
+            accelerator="cpu",
+            max_epochs=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            num_sanity_val_steps=0,
+            default_root_dir=tmp_path,
+        )
+        resumed.fit(
+            module,
+            loader(Counting(), batch_size=8, shuffle=True),
+            ckpt_path=tmp_path / "full" / "ckpts" / f"step{step}.ckpt",
+        )
         assert len(loads) == 56 - 8 * step

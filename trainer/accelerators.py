@@ -21,7 +21,7 @@ def _available(accelerator: str) -> int:
 
 
 def resolve_accelerator(accelerator: str) -> str:
-    """"auto" picks CUDA, then MPS, then CPU; a named one must exist."""
+    """ "auto" picks CUDA, then MPS, then CPU; a named one must exist."""
     if accelerator not in ACCELERATORS:
         raise ValueError(f"accelerator={accelerator!r} is not supported; choose one of {', '.join(ACCELERATORS)}.")
     if accelerator == "gpu":

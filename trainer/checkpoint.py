@@ -85,9 +85,7 @@ def to_safe(obj: Any) -> Any:
     return obj
 
 
-def load_checkpoint(
-    path: PathLike, map_location: Any = "cpu", trusted_classes: Sequence[type] = ()
-) -> dict[str, Any]:
+def load_checkpoint(path: PathLike, map_location: Any = "cpu", trusted_classes: Sequence[type] = ()) -> dict[str, Any]:
     """Load with ``weights_only=True``; ``trusted_classes`` allowlists your own classes for this call."""
     path = Path(path)
     if not path.exists():

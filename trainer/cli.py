@@ -79,9 +79,7 @@ class CLI:
         run: bool = True,
         subclass_mode: bool = False,
     ) -> None:
-        self.parsers = {
-            name: _stage_parser(name, model_class, datamodule_class, subclass_mode) for name in SUBCOMMANDS
-        }
+        self.parsers = {name: _stage_parser(name, model_class, datamodule_class, subclass_mode) for name in SUBCOMMANDS}
         parsed = _root_parser(self.parsers).parse_args(args)
         self.subcommand: str = parsed.subcommand
         self.parser = self.parsers[self.subcommand]
@@ -153,9 +151,7 @@ def _stage_parser(
     parser.add_class_arguments(Trainer, "trainer", instantiate=False, fail_untyped=False, sub_configs=True)
     if subclass_mode or model_class is None:
         parser.add_subclass_arguments(model_class or Module, "model", fail_untyped=False, required=True)
-        parser.add_subclass_arguments(
-            datamodule_class or DataModule, "data", fail_untyped=False, required=False
-        )
+        parser.add_subclass_arguments(datamodule_class or DataModule, "data", fail_untyped=False, required=False)
     else:
         parser.add_class_arguments(model_class, "model", fail_untyped=False, sub_configs=True)
         if datamodule_class is not None:

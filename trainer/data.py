@@ -179,12 +179,8 @@ def _has_custom_batch_sampler(loader: DataLoader) -> bool:
     return loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
 
 
-def _rebuild(
-    loader: DataLoader, sampler: Iterable[Any], batch_size: int | None, drop_last: bool
-) -> DataLoader:
-    return DataLoader(
-        loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **_settings(loader)
-    )
+def _rebuild(loader: DataLoader, sampler: Iterable[Any], batch_size: int | None, drop_last: bool) -> DataLoader:
+    return DataLoader(loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **_settings(loader))
 
 
 def _check_rank(num_replicas: int, rank: int) -> None:
@@ -205,9 +201,7 @@ def _check_room(n: int, num_replicas: int, batch_size: int | None, drop_last: bo
             )
 
 
-def _train_sampler(
-    sampler: Iterable[Any], loader: DataLoader, num_replicas: int, rank: int, seed: int
-) -> Sampler[Any]:
+def _train_sampler(sampler: Iterable[Any], loader: DataLoader, num_replicas: int, rank: int, seed: int) -> Sampler[Any]:
     dataset = loader.dataset
     if type(sampler) is SequentialSampler:
         return DistributedSampler(dataset, num_replicas, rank, shuffle=False, seed=seed)
@@ -303,9 +297,7 @@ def restore_epoch_rng(loader: DataLoader, state: dict[str, torch.Tensor]) -> Non
     gens = {"loader_generator": loader.generator, "sampler_generator": _sampler_generator(loader)}
     for key, gen in gens.items():
         if (key in state) != (gen is not None):
-            raise ValueError(
-                f"saved epoch RNG and loader disagree on {key!r}: was the loader rebuilt differently?"
-            )
+            raise ValueError(f"saved epoch RNG and loader disagree on {key!r}: was the loader rebuilt differently?")
     torch.set_rng_state(state["global"])
     for key, gen in gens.items():
         if gen is not None:

@@ -10,8 +10,8 @@ import torch
 
 from trainer import data
 from trainer.results import Results
-from trainer.seed import rng_state, set_rng_state
 from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags
+from trainer.seed import rng_state, set_rng_state
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
@@ -44,9 +44,7 @@ def run_fit(trainer: Trainer, module: Module, train: Any, val: Any, datamodule: 
         ]
         trainer.num_training_batches = data.num_batches(trainer.train_dataloader, trainer.limits["train"])
         if trainer.num_training_batches == 0:
-            raise ValueError(
-                "the training DataLoader yields no batches (empty dataset or limit_train_batches=0)."
-            )
+            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
         run.restore(ckpt_path)
         call_hook(trainer, "on_fit_start")
         if not run.resumed:
@@ -71,8 +69,7 @@ def _save_and_exit(trainer: Trainer) -> None:
     save_trainer_checkpoint(trainer, path)
     if trainer.is_global_zero:
         print(
-            f"steadytrain: {name} received; saved {path} at epoch {trainer.current_epoch}, "
-            f"step {trainer.global_step}.",
+            f"steadytrain: {name} received; saved {path} at epoch {trainer.current_epoch}, step {trainer.global_step}.",
             flush=True,
         )
     if name == "SIGINT":
@@ -95,9 +92,7 @@ def _sanity_check(trainer: Trainer) -> None:
 
 def _fit_epochs(trainer: Trainer) -> None:
     assert trainer.train_dataloader is not None
-    while not trainer.should_stop and (
-        trainer.max_epochs is None or trainer.current_epoch < trainer.max_epochs
-    ):
+    while not trainer.should_stop and (trainer.max_epochs is None or trainer.current_epoch < trainer.max_epochs):
         if 0 <= trainer.max_steps <= trainer.global_step:
             break
         loader = trainer.train_dataloader
@@ -198,9 +193,7 @@ def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any,
         loss = _loss_of(output, trainer.global_step)
         skip = trainer.on_nonfinite_loss != "off" and not _finite(trainer, loss)
         if not skip:
-            precision.backward(
-                loss if trainer.accumulate_grad_batches == 1 else loss / _divisor(trainer, batch_idx)
-            )
+            precision.backward(loss if trainer.accumulate_grad_batches == 1 else loss / _divisor(trainer, batch_idx))
     if should_step:
         _optimizer_step(trainer, module)
     trainer.batches_done = batch_idx + 1
@@ -243,8 +236,7 @@ def _loss_of(output: Any, step: int) -> torch.Tensor:
         raise ValueError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar.")
     if not loss.requires_grad:
         raise ValueError(
-            "training_step returned a loss that does not require grad (was it computed under no_grad, "
-            "or detached?)."
+            "training_step returned a loss that does not require grad (was it computed under no_grad, or detached?)."
         )
     return loss
 
@@ -389,16 +381,12 @@ def run_evaluation(
     with prepare_run(trainer, module, stage) as run:
         eval_loaders, _ = resolve_loaders(trainer, module, stage, loaders, None, datamodule)
         run.restore(ckpt_path, weights_only=True)
-        prepared = [
-            data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders
-        ]
+        prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders]
         metrics = evaluate(trainer, stage, prepared, trainer.limits[stage])
     return [metrics]
 
 
-def run_prediction(
-    trainer: Trainer, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
-) -> list[Any]:
+def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any) -> list[Any]:
     """``Trainer.predict``: outputs of ``predict_step`` for this rank's share, in order."""
     trainer.stage = "predict"
     outputs: list[Any] = []
@@ -414,8 +402,6 @@ def run_prediction(
                     if batch_idx >= total:
                         break
                     outputs.append(
-                        trainer.strategy.eval_step(
-                            "predict", trainer.strategy.batch_to_device(batch), batch_idx
-                        )
+                        trainer.strategy.eval_step("predict", trainer.strategy.batch_to_device(batch), batch_idx)
                     )
     return outputs

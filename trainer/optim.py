@@ -35,7 +35,10 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
         if "scheduler" not in item:
             raise ValueError(f"an lr_scheduler dict needs a 'scheduler' key; got keys {sorted(item)}.")
         config = SchedulerConfig(
-            item["scheduler"], item.get("interval", "epoch"), int(item.get("frequency", 1)), item.get("monitor")
+            item["scheduler"],
+            item.get("interval", "epoch"),
+            int(item.get("frequency", 1)),
+            item.get("monitor"),
         )
     else:
         config = SchedulerConfig(item)
@@ -86,5 +89,7 @@ def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConf
         raise TypeError(f"configure_optimizers() returned {type(returned).__name__}; expected {_FORMS}.")
     bad = [type(o).__name__ for o in optimizers if not isinstance(o, Optimizer)]
     if bad or not optimizers:
-        raise TypeError(f"configure_optimizers() gave {bad or 'no optimizer'} where optimizers belong; expected {_FORMS}.")
+        raise TypeError(
+            f"configure_optimizers() gave {bad or 'no optimizer'} where optimizers belong; expected {_FORMS}."
+        )
     return optimizers, [_scheduler_config(s) for s in schedulers]

@@ -106,7 +106,14 @@ class Results:
                 self.no_logger.update(keys)
 
     def _record(
-        self, name: str, value: Any, on_step: bool, on_epoch: bool, sync: bool, batch_size: int | None, fx: str
+        self,
+        name: str,
+        value: Any,
+        on_step: bool,
+        on_epoch: bool,
+        sync: bool,
+        batch_size: int | None,
+        fx: str,
     ) -> None:
         is_metric = hasattr(value, "compute") and hasattr(value, "reset")
         step_key = f"{name}_step" if on_step and on_epoch else name

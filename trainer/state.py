@@ -40,8 +40,10 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
     )
     dropped = sorted(set(module.hparams) - set(module.primitive_hparams()))
     if dropped and strategy.is_global_zero and trainer.config is None:  # the CLI config holds them
-        warnings.warn(f"hyper-parameters {dropped} are not plain values and are left out of the checkpoint.",
-                      stacklevel=3)
+        warnings.warn(
+            f"hyper-parameters {dropped} are not plain values and are left out of the checkpoint.",
+            stacklevel=3,
+        )
     checkpoint: dict[str, Any] = {
         "format": FORMAT,
         "state_dict": strategy.module_state_dict(),
@@ -94,7 +96,9 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> Path | None:
     found = [f for f in (find_last_checkpoint(d) for d in folders) if f is not None]
     if not found:
         if trainer.is_global_zero:
-            print(f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh.")
+            print(
+                f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh."
+            )
         return None
     return max(found, key=lambda p: p.stat().st_mtime_ns)
 
@@ -134,7 +138,9 @@ def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any], path: Pa
         optimizer.load_state_dict(state)
     schedulers = checkpoint["lr_schedulers"]
     if len(schedulers) != len(trainer.lr_schedulers):
-        raise ValueError(f"{path} has {len(schedulers)} LR scheduler(s) but the module made {len(trainer.lr_schedulers)}.")
+        raise ValueError(
+            f"{path} has {len(schedulers)} LR scheduler(s) but the module made {len(trainer.lr_schedulers)}."
+        )
     for config, state in zip(trainer.lr_schedulers, schedulers):
         config.scheduler.load_state_dict(state)
     trainer.precision.load_state_dict(checkpoint["precision"])
@@ -155,8 +161,11 @@ def _restore_loop(trainer: Trainer, checkpoint: dict[str, Any], path: Path) -> N
                 f"{path} was saved mid-epoch by {loop['world_size']} rank(s); resume it with the same number of "
                 f"ranks (now {trainer.world_size}), or from an end-of-epoch checkpoint."
             )
-        warnings.warn(f"resuming a {loop['world_size']}-rank checkpoint on {trainer.world_size} rank(s): "
-                      "weights and optimizer are exact, random streams are not.", stacklevel=3)
+        warnings.warn(
+            f"resuming a {loop['world_size']}-rank checkpoint on {trainer.world_size} rank(s): "
+            "weights and optimizer are exact, random streams are not.",
+            stacklevel=3,
+        )
         return
     mine = ranks[trainer.global_rank]
     trainer.resume_rng = mine["rng"]

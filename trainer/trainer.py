@@ -123,9 +123,12 @@ class Trainer:
             raise ValueError(f"log_every_n_steps={log_every_n_steps!r} must be >= 1.")
         if check_val_every_n_epoch is not None and check_val_every_n_epoch < 1:
             raise ValueError(f"check_val_every_n_epoch={check_val_every_n_epoch!r} must be >= 1 or None.")
-        for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
-                            ("limit_test_batches", limit_test_batches),
-                            ("limit_predict_batches", limit_predict_batches)):
+        for name, value in (
+            ("limit_train_batches", limit_train_batches),
+            ("limit_val_batches", limit_val_batches),
+            ("limit_test_batches", limit_test_batches),
+            ("limit_predict_batches", limit_predict_batches),
+        ):
             _check_limit(name, value)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes)
         self.precision = build_precision(precision, self.strategy.root_device.type)
@@ -135,8 +138,12 @@ class Trainer:
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limits = {"train": limit_train_batches, "validation": limit_val_batches,
-                       "test": limit_test_batches, "predict": limit_predict_batches}
+        self.limits = {
+            "train": limit_train_batches,
+            "validation": limit_val_batches,
+            "test": limit_test_batches,
+            "predict": limit_predict_batches,
+        }
         self.num_sanity_val_steps = num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
         self.deterministic = deterministic
@@ -265,7 +272,10 @@ class Trainer:
         run_fit(self, module, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
-        self, module: Module, dataloaders: Any = None, datamodule: DataModule | None = None,
+        self,
+        module: Module,
+        dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over every sample once; returns the epoch metrics."""
@@ -274,7 +284,10 @@ class Trainer:
         return run_evaluation(self, "validation", module, dataloaders, datamodule, ckpt_path)
 
     def test(
-        self, module: Module, dataloaders: Any = None, datamodule: DataModule | None = None,
+        self,
+        module: Module,
+        dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over every sample once; returns the epoch metrics."""
@@ -283,7 +296,10 @@ class Trainer:
         return run_evaluation(self, "test", module, dataloaders, datamodule, ckpt_path)
 
     def predict(
-        self, module: Module, dataloaders: Any = None, datamodule: DataModule | None = None,
+        self,
+        module: Module,
+        dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[Any]:
         """Return ``predict_step`` outputs (this rank's share of the samples under DDP)."""

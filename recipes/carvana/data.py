@@ -15,9 +15,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 def files_by_stem(folder: Path, suffixes: tuple[str, ...] | None = None) -> dict[str, Path]:
     """Map file stem -> path, sorted by stem so index order is the same on every rank and run."""
-    files = (
-        p for p in folder.iterdir() if p.is_file() and (suffixes is None or p.suffix.lower() in suffixes)
-    )
+    files = (p for p in folder.iterdir() if p.is_file() and (suffixes is None or p.suffix.lower() in suffixes))
     return dict(sorted((p.stem, p) for p in files))
 
 

@@ -41,9 +41,7 @@ def dice_parts(pred_labels: Tensor, target: Tensor, n_classes: int) -> tuple[Ten
     return 2 * (pred * true).sum(0), pred.sum(0) + true.sum(0)
 
 
-def dice_score(
-    pred_labels: Tensor, target: Tensor, n_classes: int, include_background: bool = False
-) -> Tensor:
+def dice_score(pred_labels: Tensor, target: Tensor, n_classes: int, include_background: bool = False) -> Tensor:
     """Global hard dice averaged over classes; classes absent from both prediction and target are skipped."""
     numerator, denominator = dice_parts(pred_labels, target, n_classes)
     dice = numerator.double() / denominator.double()  # 0/0 -> nan, dropped by nanmean

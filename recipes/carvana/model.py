@@ -60,9 +60,7 @@ class UNet(nn.Module):
     reference, so both modes keep the same skip widths.
     """
 
-    def __init__(
-        self, n_channels: int = 3, n_classes: int = 2, bilinear: bool = False, base: int = 64
-    ) -> None:
+    def __init__(self, n_channels: int = 3, n_classes: int = 2, bilinear: bool = False, base: int = 64) -> None:
         super().__init__()
         self.n_channels = n_channels
         self.n_classes = n_classes
@@ -70,9 +68,7 @@ class UNet(nn.Module):
         factor = 2 if bilinear else 1
         w = [base, base * 2, base * 4, base * 8, base * 16]
         self.inc = DoubleConv(n_channels, w[0])
-        self.downs = nn.ModuleList(
-            [Down(w[0], w[1]), Down(w[1], w[2]), Down(w[2], w[3]), Down(w[3], w[4] // factor)]
-        )
+        self.downs = nn.ModuleList([Down(w[0], w[1]), Down(w[1], w[2]), Down(w[2], w[3]), Down(w[3], w[4] // factor)])
         self.ups = nn.ModuleList(
             [
                 Up(w[4], w[3] // factor, bilinear),

@@ -34,9 +34,7 @@ class ShuffleUnit(nn.Module):
     so the concat widens to `out` at no shortcut cost.
     """
 
-    def __init__(
-        self, in_ch: int, out_ch: int, groups: int, stride: int = 1, first_groups: int | None = None
-    ) -> None:
+    def __init__(self, in_ch: int, out_ch: int, groups: int, stride: int = 1, first_groups: int | None = None) -> None:
         super().__init__()
         if stride == 1 and in_ch != out_ch:
             raise ValueError("a stride-1 unit adds its input, so in_ch must equal out_ch")

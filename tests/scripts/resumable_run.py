@@ -22,8 +22,14 @@ import trainer
 class Net(trainer.Module):
     def __init__(self, sleep: float = 0.0) -> None:
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.ReLU(), torch.nn.Dropout(0.1),
-                                        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(16, 256),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(0.1),
+            torch.nn.Linear(256, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 1),
+        )
         self.sleep = sleep
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -34,8 +40,10 @@ class Net(trainer.Module):
 
     def configure_optimizers(self) -> Any:
         opt = torch.optim.AdamW(self.parameters(), lr=1e-3)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 5, 0.9),
-                                                   "interval": "step"}}
+        return {
+            "optimizer": opt,
+            "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 5, 0.9), "interval": "step"},
+        }
 
 
 def main() -> None:
@@ -52,13 +60,22 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(160, 16, generator=g), torch.randn(160, 1, generator=g))
     fit = trainer.Trainer(
-        accelerator="cpu", strategy=args.strategy, devices=args.devices, max_epochs=args.epochs, logger=False,
-        enable_progress_bar=False, num_sanity_val_steps=0, default_root_dir=args.out,
+        accelerator="cpu",
+        strategy=args.strategy,
+        devices=args.devices,
+        max_epochs=args.epochs,
+        logger=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        default_root_dir=args.out,
         callbacks=[trainer.ModelCheckpoint(dirpath=args.out / "ckpts", every_n_train_steps=1, save_top_k=0)],
     )
     module = Net(args.sleep)
-    fit.fit(module, DataLoader(data, batch_size=16, shuffle=True, num_workers=1),
-            ckpt_path="last" if args.resume else None)
+    fit.fit(
+        module,
+        DataLoader(data, batch_size=16, shuffle=True, num_workers=1),
+        ckpt_path="last" if args.resume else None,
+    )
     torch.save([p.detach() for p in module.parameters()], args.out / f"final-rank{fit.global_rank}.pt")
     print(f"done rank {fit.global_rank} step {fit.global_step}", flush=True)
 

@@ -20,7 +20,12 @@ class EarlyStopping(Callback):
     """
 
     def __init__(
-        self, monitor: str, mode: str = "min", patience: int = 3, min_delta: float = 0.0, check_finite: bool = True
+        self,
+        monitor: str,
+        mode: str = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        check_finite: bool = True,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"EarlyStopping(mode={mode!r}): choose 'min' or 'max'.")
@@ -69,19 +74,28 @@ class EarlyStopping(Callback):
         if self.check_finite and not math.isfinite(score):
             self.reason = f"{self.monitor}={score} is not finite."
             return True
-        improved = score < self.best_score - self.min_delta if self.mode == "min" else (
-            score > self.best_score + self.min_delta)
+        improved = (
+            score < self.best_score - self.min_delta
+            if self.mode == "min"
+            else (score > self.best_score + self.min_delta)
+        )
         if improved:
             self.best_score = score
             self.wait_count = 0
             return False
         self.wait_count += 1
-        self.reason = f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} checks " \
-                      f"(best {self.best_score:.6g})."
+        self.reason = (
+            f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} checks "
+            f"(best {self.best_score:.6g})."
+        )
         return self.wait_count >= self.patience
 
     def state_dict(self) -> dict[str, Any]:
-        return {"wait_count": self.wait_count, "best_score": self.best_score, "stopped_epoch": self.stopped_epoch}
+        return {
+            "wait_count": self.wait_count,
+            "best_score": self.best_score,
+            "stopped_epoch": self.stopped_epoch,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.wait_count = state["wait_count"]

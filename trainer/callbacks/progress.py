@@ -54,8 +54,13 @@ class ProgressBar(Callback):
         if self._tty:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=None if math.isinf(total) else int(total), desc=f"Epoch {trainer.current_epoch}",
-                             dynamic_ncols=True, leave=True, initial=trainer.batches_done)
+            self._bar = tqdm(
+                total=None if math.isinf(total) else int(total),
+                desc=f"Epoch {trainer.current_epoch}",
+                dynamic_ncols=True,
+                leave=True,
+                initial=trainer.batches_done,
+            )
 
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._count += 1
@@ -75,8 +80,10 @@ class ProgressBar(Callback):
         total = trainer.num_training_batches
         of = "" if math.isinf(total) else f"/{int(total)}"
         metrics = " ".join(f"{k}={v}" for k, v in self._metrics(trainer).items())
-        print(f"epoch {trainer.current_epoch} batch {done}{of} step {trainer.global_step} {rate:.1f} it/s {metrics}",
-              flush=True)
+        print(
+            f"epoch {trainer.current_epoch} batch {done}{of} step {trainer.global_step} {rate:.1f} it/s {metrics}",
+            flush=True,
+        )
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         if not trainer.is_global_zero:

@@ -17,9 +17,7 @@ def next_version(root: str) -> int:
     """The first ``n`` above every existing ``version_<n>`` folder, so runs never overwrite each other."""
     if not os.path.isdir(root):
         return 0
-    taken = [
-        int(d.name[8:]) for d in os.scandir(root) if d.name.startswith("version_") and d.name[8:].isdigit()
-    ]
+    taken = [int(d.name[8:]) for d in os.scandir(root) if d.name.startswith("version_") and d.name[8:].isdigit()]
     return max(taken, default=-1) + 1
 
 

@@ -30,9 +30,7 @@ class TensorBoardLogger(Logger):
     run logged after its last checkpoint instead of drawing those steps twice.
     """
 
-    def __init__(
-        self, save_dir: str = "runs", name: str = "default", version: int | str | None = None
-    ) -> None:
+    def __init__(self, save_dir: str = "runs", name: str = "default", version: int | str | None = None) -> None:
         self.name = name
         self._folder = RunFolder(save_dir, name, version)
         self._writer: SummaryWriter | None = None

@@ -148,9 +148,7 @@ class WandbLogger(Logger):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the checkpointed run (``resume="allow"``); call it before logging anything."""
         if self._run is not None and self._run.id != state["id"]:
-            warnings.warn(
-                f"wandb run {self._run.id} already started; not switching to {state['id']}", stacklevel=2
-            )
+            warnings.warn(f"wandb run {self._run.id} already started; not switching to {state['id']}", stacklevel=2)
             return
         self._id = state["id"]
 
