@@ -71,9 +71,7 @@ def evaluate(model: nn.Module, loader: DataLoader) -> float:
     return float(metric.compute())
 
 
-def fit(
-    model: nn.Module, loaders: tuple[DataLoader, DataLoader], lr: float, budget: float, epochs: int
-) -> None:
+def fit(model: nn.Module, loaders: tuple[DataLoader, DataLoader], lr: float, budget: float, epochs: int) -> None:
     """Train until the epoch that crosses `budget` seconds; print per-epoch loss, dice and timings."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     start, first_hit = time.perf_counter(), None

@@ -33,9 +33,7 @@ class Model(trainer.Module):
             report: When set, each rank writes ``<report>.rank<N>.json`` at fit start (what it trains with).
         """
         super().__init__()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
-        )
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.report = report
