@@ -3,6 +3,16 @@
 Public names only; heavy optional packages (wandb, jsonargparse, tensorboard) load on use.
 """
 
+import os as _os
+import sys as _sys
+
+from trainer.launch import pop_legacy_local_rank as _pop_legacy_local_rank
+
+# `python -m torch.distributed.launch` appends --local-rank=N to the script's arguments; take it
+# out before the user's argparse / CLI sees it (detect_cluster reads it back from LOCAL_RANK).
+if (_local_rank := _pop_legacy_local_rank(_sys.argv, _os.environ)) is not None:
+    _os.environ.setdefault("LOCAL_RANK", str(_local_rank))
+
 from trainer.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.datamodule import DataModule
 from trainer.module import Module

@@ -37,9 +37,17 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
+def _under_launcher() -> bool:
+    """torchrun (or SLURM with several tasks) started this process as one of several ranks."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[int]:
-    """Device indices to use: "auto" means 1 (CPU) or every visible GPU."""
+    """Device indices to use: "auto" means 1 (CPU) or every visible GPU; under torchrun, its ranks per node."""
     available = _available(accelerator)
+    if devices == "auto" and _under_launcher():
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+        return list(range(per_node))
     if devices == "auto":
         return [0] if accelerator in ("cpu", "mps") else list(range(max(available, 1)))
     if isinstance(devices, str):
@@ -79,6 +87,8 @@ def select_strategy(
     """Build the strategy the flags describe; "auto" is single for one device, else ddp."""
     accelerator = resolve_accelerator(accelerator)
     indices = resolve_devices(devices, accelerator)
+    if devices == "auto" and num_nodes == 1 and _under_launcher():
+        num_nodes = int(os.environ["WORLD_SIZE"]) // len(indices)  # the launcher already knows the nodes
     if isinstance(strategy, Strategy):
         strategy.configure(accelerator, indices, num_nodes)
         return strategy
@@ -86,7 +96,7 @@ def select_strategy(
         raise TypeError(f"strategy must be a name or a Strategy instance, got {type(strategy).__name__}.")
     name = strategy
     if name == "auto":
-        name = "single" if len(indices) == 1 and num_nodes == 1 else "ddp"
+        name = "single" if len(indices) == 1 and num_nodes == 1 and not _under_launcher() else "ddp"
     cls = strategy_class(name)
     instance = cls()
     instance.configure(accelerator, indices, num_nodes)

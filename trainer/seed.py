@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -29,7 +29,8 @@ def seed_everything(seed: int, workers: bool = True) -> int:
 
 def rng_state() -> dict[str, Any]:
     """Every process-global RNG, as tensors and plain values a weights-only load accepts."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    kind, keys, pos, has_gauss, cached = legacy
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {

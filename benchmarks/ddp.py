@@ -1,0 +1,63 @@
+"""Our DDP against a hand-written torchrun DDP script, both under torchrun, in one run.
+
+gloo, 2 ranks, MLP 64->W->W->1 for W in (64, 512), batch 32 per rank, 1,500 steps, one thread
+per rank. Runs alternate; medians are compared. Target: ratio <= 1.05
+(Lightning 2.6 measured 1.67x at W=64 and 1.52x at W=512 on this machine).
+
+    python benchmarks/ddp.py [--steps 1500] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+def one_run(mode: str, width: int, steps: int) -> float:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(WORKER),
+        "--mode",
+        mode,
+        "--width",
+        str(width),
+        "--steps",
+        str(steps),
+    ]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    match = re.search(r"per_step_us=([\d.]+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--widths", type=int, nargs="+", default=[64, 512])
+    args = parser.parse_args()
+    for width in args.widths:
+        raw, ours = [], []
+        for _ in range(args.repeats):
+            raw.append(one_run("raw", width, args.steps))
+            ours.append(one_run("trainer", width, args.steps))
+        r, o = statistics.median(raw), statistics.median(ours)
+        print(
+            f"W={width:4d}  raw DDP {r:8.1f} us/step   steadytrain {o:8.1f} us/step   ratio {o / r:.3f}"
+            f"  (target <= 1.05)"
+        )
+
+
+if __name__ == "__main__":
+    main()

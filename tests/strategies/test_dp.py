@@ -1,0 +1,128 @@
+"""DataParallelStrategy: its logic on CPU (no GPU needed), and a real DataParallel run on CUDA."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from trainer.strategies.ddp import StepWrapper
+from trainer.strategies.dp import DataParallelStrategy, mean_of_replicas
+
+
+class Steps(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.lin(x), y)
+
+    def validation_step(self, batch: object, batch_idx: int) -> str:
+        return f"validation {batch_idx}"
+
+    def test_step(self, batch: object, batch_idx: int) -> str:
+        return f"test {batch_idx}"
+
+    def predict_step(self, batch: object, batch_idx: int) -> str:
+        return f"predict {batch_idx}"
+
+
+def cpu_strategy(module: nn.Module) -> DataParallelStrategy:
+    """The strategy around a CPU DataParallel (which, without GPUs, calls the module directly)."""
+    strategy = DataParallelStrategy()
+    strategy.module = module
+    strategy.model = nn.DataParallel(StepWrapper(module))
+    return strategy
+
+
+def batch(rows: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(rows, 3, generator=g), torch.randn(rows, 1, generator=g)
+
+
+def test_needs_cuda() -> None:
+    with pytest.raises(ValueError, match=r"strategy='dp' needs CUDA GPUs .* strategy='ddp' \(gloo\) with devices=N"):
+        DataParallelStrategy().configure("cpu", [0, 1])
+
+
+def test_one_machine_only() -> None:
+    with pytest.raises(ValueError, match="num_nodes=2 use 'ddp'"):
+        DataParallelStrategy().configure("cuda", [0, 1], num_nodes=2)
+
+
+def test_root_device_is_first_gpu() -> None:
+    strategy = DataParallelStrategy()
+    strategy.configure("cuda", [2, 3])
+    assert strategy.root_device == torch.device("cuda", 2)
+
+
+@pytest.mark.parametrize("stage", ["training", "validation", "test", "predict"])
+def test_wrapper_dispatches_each_stage_as_a_plain_call(stage: str) -> None:
+    module = Steps()
+    output = StepWrapper(module)(batch(), 7, stage)
+    if stage == "training":
+        assert torch.equal(output, module.training_step(batch(), 7))
+    else:
+        assert output == f"{stage} 7"
+
+
+def test_gathered_loss_vector_is_averaged() -> None:
+    assert mean_of_replicas(torch.tensor([1.0, 3.0])).item() == 2.0
+    gathered = {"loss": torch.tensor([1.0, 3.0]), "acc": torch.tensor([0.5, 1.0])}
+    reduced = mean_of_replicas(gathered)
+    assert reduced["loss"].item() == 2.0 and torch.equal(reduced["acc"], gathered["acc"])
+    scalar = torch.tensor(4.0)
+    assert mean_of_replicas(scalar) is scalar  # one replica: nothing was gathered
+    assert mean_of_replicas(None) is None
+
+
+def test_steps_run_through_the_wrapper() -> None:
+    module = Steps()
+    strategy = cpu_strategy(module)
+    data = batch()
+    assert strategy.batch_to_device(data) is data  # DataParallel scatters it
+    assert torch.equal(strategy.training_step(data, 0), module.training_step(data, 0))
+    assert strategy.eval_step("validation", data, 2) == "validation 2"
+
+
+def test_state_dict_has_no_wrapper_prefix() -> None:
+    module = Steps()
+    strategy = cpu_strategy(module)
+    assert list(strategy.module_state_dict()) == ["lin.weight", "lin.bias"]
+    assert strategy.model is not None
+    assert list(strategy.model.state_dict()) == ["module.module.lin.weight", "module.module.lin.bias"]
+
+
+def test_collectives_are_one_process_no_ops() -> None:
+    strategy = DataParallelStrategy()
+    value = torch.tensor([1.0, 2.0])
+    assert strategy.all_reduce(value, "sum") is value
+    assert strategy.all_gather(value).shape == (1, 2)
+    assert strategy.broadcast({"a": 1}) == {"a": 1}
+    strategy.barrier()
+    assert strategy.world_size == 1 and strategy.is_global_zero
+
+
+@pytest.mark.cuda
+def test_data_parallel_matches_one_device_on_the_full_batch() -> None:
+    devices = list(range(torch.cuda.device_count()))
+    torch.manual_seed(0)
+    module = Steps()
+    reference = copy.deepcopy(module).cuda()
+    strategy = DataParallelStrategy()
+    strategy.configure("cuda", devices)
+    strategy.setup_module(module)
+    data = batch(8 * len(devices))  # divides evenly: the mean of replica means is the full mean
+    loss = strategy.training_step(strategy.batch_to_device(data), 0)
+    loss.backward()
+    ref_loss = reference.training_step((data[0].cuda(), data[1].cuda()), 0)
+    ref_loss.backward()
+    assert loss.ndim == 0 and torch.allclose(loss, ref_loss, atol=1e-6)
+    for p, q in zip(module.parameters(), reference.parameters()):
+        assert p.grad is not None and q.grad is not None
+        assert torch.allclose(p.grad, q.grad, atol=1e-6)
+    assert list(strategy.module_state_dict()) == ["lin.weight", "lin.bias"]

@@ -1,0 +1,380 @@
+"""DistributedDataParallel: one process per device, gradients averaged in backward.
+
+Processes come from torchrun, SLURM or a self-launch (``trainer.launch``). Every rank starts
+from rank 0's weights: DDP's constructor broadcasts parameters and buffers from rank 0.
+``training_step`` goes through the DDP-wrapped module so DDP's forward hooks (buffer
+broadcast, unused-parameter search) run; evaluation calls the user's module directly.
+``sync_batchnorm`` uses torch's SyncBatchNorm on CUDA and ``CPUSyncBatchNorm`` (below) on gloo.
+
+Threads: CPU ranks use torch's default thread count; with several ranks per machine set
+``torch.set_num_threads(cores // ranks)`` yourself to avoid oversubscription.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import launch
+from trainer.strategies.base import ReduceOp, Strategy
+
+_COMM_THREADS_GRACE_S = 0.05  # see DDPStrategy.teardown
+_REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
+
+
+class StepWrapper(nn.Module):
+    """Routes ``forward`` to the user's ``*_step`` so DDP/DataParallel hooks run around the step."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any, batch_idx: int, stage: str = "training") -> Any:
+        return getattr(self.module, f"{stage}_step")(batch, batch_idx)
+
+
+class DDPStrategy(Strategy):
+    """One process per device (gloo on CPU, NCCL on CUDA); DDP averages gradients."""
+
+    name = "ddp"
+
+    def __init__(
+        self,
+        *,
+        process_group_backend: str | None = None,
+        timeout: timedelta = timedelta(minutes=30),
+        rendezvous_timeout: timedelta = timedelta(minutes=3),
+        find_unused_parameters: bool = False,
+        broadcast_buffers: bool = True,
+        bucket_cap_mb: float | None = None,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        sync_batchnorm: bool = False,
+        start_method: str = "popen",
+    ) -> None:
+        """``timeout`` bounds each collective; ``rendezvous_timeout`` bounds waiting for all ranks."""
+        super().__init__()
+        if start_method != "popen":
+            raise ValueError(f"start_method={start_method!r} is not supported; only 'popen' (re-run the script).")
+        self._backend_arg = process_group_backend
+        self.backend = process_group_backend or "gloo"
+        self.timeout = timeout
+        self.rendezvous_timeout = rendezvous_timeout
+        self.sync_batchnorm = sync_batchnorm
+        self._ddp_kwargs: dict[str, Any] = {
+            "find_unused_parameters": find_unused_parameters,
+            "gradient_as_bucket_view": gradient_as_bucket_view,
+            "static_graph": static_graph,
+            **_buffer_sync_kwargs(broadcast_buffers),
+        }
+        if bucket_cap_mb is not None:
+            self._ddp_kwargs["bucket_cap_mb"] = bucket_cap_mb
+        self.cluster: launch.ClusterEnv | None = None
+        self._owns_group = False
+
+    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+        if accelerator not in ("cpu", "cuda"):
+            raise ValueError(f"strategy='ddp' runs on accelerator='cpu' (gloo) or 'cuda' (nccl), not {accelerator!r}.")
+        super().configure(accelerator, device_indices, num_nodes)
+        self.backend = self._backend_arg or ("nccl" if accelerator == "cuda" else "gloo")
+
+    # ---- process facts -------------------------------------------------------------------
+    @property
+    def root_device(self) -> torch.device:
+        if self.accelerator == "cuda":
+            return torch.device("cuda", self.device_indices[self.local_rank])
+        return torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        return self.cluster.rank if self.cluster else 0
+
+    @property
+    def local_rank(self) -> int:
+        return self.cluster.local_rank if self.cluster else 0
+
+    @property
+    def node_rank(self) -> int:
+        return self.cluster.node_rank if self.cluster else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size if self.cluster else len(self.device_indices) * self.num_nodes
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    # ---- life cycle ----------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        """Find (or start) the other ranks, pin this rank's device, join the process group."""
+        cluster = launch.detect_cluster(len(self.device_indices), self.num_nodes)
+        launch.start_processes(cluster)
+        self.cluster = cluster
+        if cluster.local_rank >= len(self.device_indices):
+            raise RuntimeError(
+                f"local rank {cluster.local_rank} has no device: devices={self.device_indices} lists only "
+                f"{len(self.device_indices)} per node."
+            )
+        if self.accelerator == "cuda":
+            torch.cuda.set_device(self.root_device)
+        if not dist.is_initialized():
+            self._init_process_group(cluster)
+            self._owns_group = True
+
+    def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
+        base = _job_store(cluster, self.rendezvous_timeout)
+        base.set_timeout(self.rendezvous_timeout)  # a missing rank fails the join fast, with a clear message
+        store = dist.PrefixStore(f"steadytrain/init{_next_init()}", base)
+        device_id = self.root_device if self.accelerator == "cuda" else None
+        hook = sys.excepthook  # torch wraps it on every init ("[rankN]:" prefix); launch already labels ranks
+        dist.init_process_group(
+            self.backend,
+            store=store,
+            rank=cluster.rank,
+            world_size=cluster.world_size,
+            timeout=self.timeout,
+            device_id=device_id,
+        )
+        sys.excepthook = hook
+        base.set_timeout(self.timeout)  # later store use (NCCL's lazy communicators) gets the long timeout
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move, optionally convert BatchNorm to SyncBatchNorm, and wrap in DDP (rank 0's weights win)."""
+        module = module.to(self.root_device)
+        if self.sync_batchnorm and self.accelerator == "cuda":
+            module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
+        elif self.sync_batchnorm:
+            module = convert_cpu_sync_batchnorm(module)
+        self.module = module
+        device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
+        self.model = DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
+        return self.model
+
+    def teardown(self) -> None:
+        """Leave the process group we created. Self-launched children are awaited at exit, not here:
+        a script may run ``fit`` then ``test``, and the children run both.
+
+        The short sleep releases the GIL so gloo's worker threads can free the allreduce work DDP
+        issued in backward; a worker still waiting for the GIL when the interpreter shuts down
+        aborts the process (torch 2.x; ~10% of runs that exit right after a step, on a busy machine).
+        """
+        self.model = None
+        if self._owns_group and dist.is_initialized():
+            time.sleep(_COMM_THREADS_GRACE_S)
+            dist.destroy_process_group()
+        self._owns_group = False
+
+    def on_exception(self, exception: BaseException) -> None:
+        launch.on_rank_exception(exception)
+
+    # ---- the step ------------------------------------------------------------------------
+    def batch_to_device(self, batch: Any) -> Any:
+        if self.accelerator == "cpu":
+            return batch
+        return super().batch_to_device(batch)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        assert self.model is not None, "setup_module() must run before training_step()"
+        return self.model(batch, batch_idx)
+
+    def no_sync(self, skip_sync: bool) -> contextlib.AbstractContextManager[Any]:
+        if skip_sync and isinstance(self.model, DistributedDataParallel):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
+
+    # ---- collectives ---------------------------------------------------------------------
+    def _to_comm_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """NCCL only moves CUDA tensors; gloo takes them where they are."""
+        if self.backend == "nccl" and tensor.device != self.root_device:
+            return tensor.to(self.root_device)
+        return tensor
+
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        """A reduced copy; ``mean`` is sum / world size (so integer input gives a float mean)."""
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"op={op!r} is not one of {', '.join(_REDUCE_OPS)}.")
+        result = self._to_comm_device(tensor).clone()
+        dist.all_reduce(result, op=_REDUCE_OPS[op])
+        if op == "mean":
+            result = result / self.world_size
+        return result.to(tensor.device)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Same-shape tensors from every rank, stacked along a new first dimension."""
+        local = self._to_comm_device(tensor).contiguous()
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(gathered, local)
+        return torch.stack(gathered).to(tensor.device)
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def reduce_boolean_decision(self, flag: bool) -> bool:
+        """True on every rank if any rank says True (so all ranks stop together)."""
+        return bool(self.all_reduce(torch.tensor(int(flag)), "sum").item() > 0)
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """all_reduce(SUM) whose gradient is the all_reduce(SUM) of the incoming gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        total = tensor.clone()
+        dist.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        total = grad.clone()
+        dist.all_reduce(total)
+        return total
+
+
+class CPUSyncBatchNorm(_BatchNorm):
+    """BatchNorm whose training statistics cover the global batch, for CPU ranks on gloo.
+
+    ``torch.nn.SyncBatchNorm`` runs only on GPUs. This one sums per-channel count, sum and sum of
+    squares with a differentiable all_reduce, so forward, backward and running statistics match
+    BatchNorm on the whole batch (up to float rounding of the one-pass variance).
+    """
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(input)
+        self._check_input_dim(input)
+        channels, dims = input.size(1), [0, *range(2, input.dim())]
+        count = torch.full((1,), input.numel() / channels, dtype=input.dtype, device=input.device)
+        totals = _SumOverRanks.apply(torch.cat([input.sum(dims), (input * input).sum(dims), count]))
+        n = totals[-1]
+        mean = totals[:channels] / n
+        var = totals[channels : 2 * channels] / n - mean * mean
+        self._update_running_stats(mean.detach(), var.detach(), n.item())
+        shape = [1, channels] + [1] * (input.dim() - 2)
+        out = (input - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        return out
+
+    def _update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, n: float) -> None:
+        if not self.track_running_stats or self.running_mean is None or self.running_var is None:
+            return
+        assert self.num_batches_tracked is not None
+        self.num_batches_tracked.add_(1)
+        momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, momentum)
+            self.running_var.lerp_(var * n / max(n - 1.0, 1.0), momentum)  # unbiased, as BatchNorm keeps
+
+
+def convert_cpu_sync_batchnorm(module: nn.Module) -> nn.Module:
+    """Swap every BatchNorm for ``CPUSyncBatchNorm``, keeping the same parameter and buffer tensors."""
+    if isinstance(module, _BatchNorm) and not isinstance(module, CPUSyncBatchNorm | nn.SyncBatchNorm):
+        synced = CPUSyncBatchNorm(
+            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+        )
+        if module.affine:
+            synced.weight, synced.bias = module.weight, module.bias  # the optimizer's tensors
+        synced.running_mean, synced.running_var = module.running_mean, module.running_var
+        synced.num_batches_tracked = module.num_batches_tracked
+        synced.train(module.training)
+        return synced
+    for name, child in module.named_children():
+        module.add_module(name, convert_cpu_sync_batchnorm(child))
+    return module
+
+
+def _buffer_sync_kwargs(broadcast_buffers: bool) -> dict[str, bool]:
+    """Buffers are synced from rank 0 at wrap time; ``False`` only skips the per-forward sync.
+
+    torch 2.13 renamed ``broadcast_buffers`` to ``forward_sync_buffers`` (and warns on the old name).
+    """
+    if broadcast_buffers:
+        return {}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
+# One TCPStore per job and process: rank 0's server must outlive a destroyed group, because a later
+# stage (fit, then test) joins again on the same MASTER_PORT. Each join uses a fresh key prefix; every
+# rank counts its joins alike, since all ranks run the same script.
+_job_stores: dict[tuple[str, int, int, int], dist.TCPStore] = {}
+_init_count = 0
+
+
+def _next_init() -> int:
+    global _init_count
+    _init_count += 1
+    return _init_count
+
+
+def _job_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
+    key = (cluster.master_addr, cluster.master_port, cluster.rank, cluster.world_size)
+    if key not in _job_stores:
+        _job_stores[key] = _connect_store(cluster, timeout)
+    return _job_stores[key]
+
+
+def _connect_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
+    """Host or reach the job's TCPStore, failing clearly when the port is taken or ranks are missing.
+
+    Rank 0 hosts it unless torchrun's agent already does (``TORCHELASTIC_USE_AGENT_STORE``).
+    """
+    is_host = cluster.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    address = f"{cluster.master_addr}:{cluster.master_port}"
+    try:
+        return dist.TCPStore(
+            cluster.master_addr,
+            cluster.master_port,
+            cluster.world_size,
+            is_master=is_host,
+            timeout=timeout,
+            wait_for_workers=True,
+        )
+    except RuntimeError as error:  # DistNetworkError / DistStoreError
+        text = str(error)
+        if "address already in use" in text.lower() or "eaddrinuse" in text.lower():
+            raise RuntimeError(
+                f"rank 0 cannot listen on MASTER_PORT={cluster.master_port} ({address}): another process "
+                "uses the port. Free it or choose another MASTER_PORT."
+            ) from error
+        cause = text.splitlines()[0] if text else type(error).__name__
+        raise RuntimeError(
+            f"rank {cluster.rank}: not all {cluster.world_size} ranks (WORLD_SIZE) joined at {address} "
+            f"within {timeout.total_seconds():.0f}s. Check that every node runs the same devices x num_nodes "
+            f"and can reach MASTER_ADDR:MASTER_PORT ({cause})."
+        ) from error

@@ -1,0 +1,83 @@
+"""DataParallel: one process drives several GPUs; each step is split across replicas.
+
+The batch stays where the DataLoader left it (DataParallel scatters it), every replica runs the
+user's ``*_step`` through ``StepWrapper``, and the per-replica losses come back gathered as a
+vector that is averaged here. Exact same math as one device when the batch divides evenly.
+Collectives are one-process no-ops; checkpoints hold the user's module without ``module.``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.strategies.base import ReduceOp, Strategy
+from trainer.strategies.ddp import StepWrapper
+
+
+def mean_of_replicas(output: Any) -> Any:
+    """Average a loss that DataParallel gathered into one entry per replica (also under ``"loss"``)."""
+    if isinstance(output, torch.Tensor) and output.ndim == 1:
+        return output.mean()
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor) and output["loss"].ndim == 1:
+        return {**output, "loss": output["loss"].mean()}
+    return output
+
+
+class DataParallelStrategy(Strategy):
+    """``torch.nn.DataParallel`` over the given CUDA devices, in one process."""
+
+    name = "dp"
+
+    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+        if accelerator != "cuda":
+            raise ValueError(
+                "strategy='dp' needs CUDA GPUs (torch.nn.DataParallel); on CPU use strategy='ddp' (gloo) "
+                "with devices=N."
+            )
+        if num_nodes != 1:
+            raise ValueError(f"strategy='dp' runs in one process on one machine; for num_nodes={num_nodes} use 'ddp'.")
+        super().configure(accelerator, device_indices, num_nodes)
+
+    @property
+    def root_device(self) -> torch.device:
+        return torch.device("cuda", self.device_indices[0])
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        self.module = module.to(self.root_device)
+        self.model = nn.DataParallel(
+            StepWrapper(self.module), device_ids=self.device_indices, output_device=self.device_indices[0]
+        )
+        return self.model
+
+    def batch_to_device(self, batch: Any) -> Any:
+        return batch  # DataParallel scatters the batch to the replicas itself
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return mean_of_replicas(self._forward(batch, batch_idx, "training"))
+
+    def eval_step(self, stage: str, batch: Any, batch_idx: int) -> Any:
+        return self._forward(batch, batch_idx, stage)
+
+    def _forward(self, batch: Any, batch_idx: int, stage: str) -> Any:
+        assert self.model is not None, "setup_module() must run before a step"
+        with warnings.catch_warnings():
+            # Gathering one scalar loss per replica into a vector is what we want; torch warns about it.
+            warnings.filterwarnings("ignore", message=".*all input tensors were scalars.*")
+            return self.model(batch, batch_idx, stage)
+
+    # ---- one process: collectives return their input ----------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.unsqueeze(0)
+
+    def barrier(self) -> None:
+        pass
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
