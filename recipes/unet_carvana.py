@@ -77,9 +77,12 @@ class UNetSegmentation(trainer.Module):
         self.val_dice = make_dice_metric(n_classes)
         self._samples: tuple[torch.Tensor, ...] | None = None
         if init_weights:
-            from trainer.checkpoint import load_weights
+            from trainer.checkpoint import extract_state_dict, load_checkpoint, load_weights
 
-            load_weights(self.model, init_weights)
+            # This recipe's own checkpoints name the UNet's weights ``model.*``; a bare UNet state_dict does not.
+            keys = extract_state_dict(load_checkpoint(init_weights))
+            own = any(k.removeprefix("module.").startswith("model.") for k in keys)
+            load_weights(self if own else self.model, init_weights)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
@@ -124,11 +127,10 @@ class UNetSegmentation(trainer.Module):
         if not every or (self.global_step + 1) % every or not self.trainer.is_global_zero:
             return
         for logger in self.trainer.loggers:
-            log = getattr(logger, "log_histogram", None)
-            for name, param in self.model.named_parameters() if log is not None else ():
-                log(f"weights/{name}", param.detach().cpu(), self.global_step)
+            for name, param in self.model.named_parameters():
+                logger.log_histogram(f"weights/{name}", param.detach().cpu(), self.global_step)
                 if param.grad is not None:
-                    log(f"grads/{name}", param.grad.detach().cpu(), self.global_step)
+                    logger.log_histogram(f"grads/{name}", param.grad.detach().cpu(), self.global_step)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[Path]:
         """Write a ``<id>_mask.png`` per image at its original size; return the paths."""

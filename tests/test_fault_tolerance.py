@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).parent / "scripts" / "resumable_run.py"
 ROOT = Path(__file__).parent.parent
 
 
-def start(out: Path, *args: str) -> subprocess.Popen[str]:
+def start(out: Path, *args: str, session: bool = False) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), str(out), *args],
@@ -25,6 +25,7 @@ def start(out: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        start_new_session=session,
     )
 
 
@@ -50,6 +51,16 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[torch.Tensor]:
     return final_params(out)
 
 
+DDP = ("--strategy", "ddp", "--devices", "2")
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> list[list[torch.Tensor]]:
+    out = tmp_path_factory.mktemp("ddp-reference")
+    finish(out, *DDP)
+    return [final_params(out, rank) for rank in (0, 1)]
+
+
 def wait_for(path: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -66,6 +77,20 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path: Path, re
     assert "SIGTERM received; saved" in output
     assert (tmp_path / "ckpts" / "interrupted.ckpt").is_file()
     assert not (tmp_path / "final-rank0.pt").exists()  # it stopped early
+    finish(tmp_path, "--resume")
+    assert_same(final_params(tmp_path), reference)
+
+
+def test_sigterm_to_the_whole_process_group_spares_dataloader_workers(
+    tmp_path: Path, reference: list[torch.Tensor]
+) -> None:
+    """SLURM signals every process of the job, DataLoader workers included: the save must still happen."""
+    proc = start(tmp_path, "--sleep", "0.02", session=True)
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "SIGTERM received; saved" in output
     finish(tmp_path, "--resume")
     assert_same(final_params(tmp_path), reference)
 
@@ -98,3 +123,37 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(
     finish(tmp_path, "--resume")
     assert_same(final_params(tmp_path), reference)
     assert not list((tmp_path / "ckpts").glob(".*.tmp-*")), "a stale temporary survived the resume"
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_saves_once_and_every_rank_exits_cleanly(
+    tmp_path: Path, ddp_reference: list[list[torch.Tensor]]
+) -> None:
+    proc = start(tmp_path, *DDP, "--sleep", "0.02")
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    proc.send_signal(signal.SIGTERM)  # rank 0 only: the ranks must still agree on where to stop
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert output.count("SIGTERM received; saved") == 1
+    finish(tmp_path, *DDP, "--resume")
+    for rank in (0, 1):
+        assert_same(final_params(tmp_path, rank), ddp_reference[rank])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(8))
+def test_ddp_sigkill_at_a_random_moment_then_resume_is_exact(
+    tmp_path: Path, ddp_reference: list[list[torch.Tensor]], attempt: int
+) -> None:
+    """SIGKILL to the launching rank takes the whole 2-rank job down; the resume is exact on both ranks."""
+    delay = random.Random(100 + attempt).uniform(0.0, 2.5)
+    proc = start(tmp_path, *DDP, "--sleep", "0.02")
+    wait_for(tmp_path / "ckpts" / "last.ckpt")
+    time.sleep(delay)
+    assert proc.poll() is None, "the run ended before the kill: the test would prove nothing"
+    proc.kill()
+    proc.wait()
+    time.sleep(0.5)  # rank 1 dies with its parent (PDEATHSIG)
+    finish(tmp_path, *DDP, "--resume")
+    for rank in (0, 1):
+        assert_same(final_params(tmp_path, rank), ddp_reference[rank])

@@ -54,9 +54,9 @@ class SaveConfigCallback(Callback):
         self.config = config
         self.filename = filename
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
-        """At setup the strategy knows the ranks, and the logger's folder is the run's."""
-        if stage != "fit" or not trainer.is_global_zero:
+    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+        """At fit start a resumed run's logger already points back at the run it continues."""
+        if not trainer.is_global_zero:
             return
         path = trainer.log_dir / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import torch
 
 from trainer import data
 from trainer.results import Results
-from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags
+from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags, start_iterator
 from trainer.seed import rng_state, set_rng_state
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
@@ -103,7 +103,9 @@ def _fit_epochs(trainer: Trainer) -> None:
         data.restore_epoch_rng(loader, trainer.epoch_rng)  # no-op unless resuming mid-epoch
         data.set_epoch(loader, trainer.current_epoch)
         completed = train_epoch(trainer, loader, skip)
-        if trainer.signal_received is not None:
+        # A signal may have reached some ranks after their last agreement: decide together.
+        if trainer.strategy.reduce_boolean_decision(trainer.signal_received is not None):
+            trainer.signal_received = trainer.signal_received or "SIGTERM"
             break
         _end_epoch(trainer, completed)
         if not completed:  # max_steps or should_stop mid-epoch: the checkpoint stays mid-epoch
@@ -147,7 +149,7 @@ def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
         call_hook(trainer, "on_train_epoch_start")
     strategy = trainer.strategy
     agree_every = 1 if strategy.world_size == 1 else SIGNAL_CHECK_EVERY
-    batches = _resumed_iterator(trainer, loader, skip) if skip else iter(loader)
+    batches = _resumed_iterator(trainer, loader, skip) if skip else start_iterator(loader)
     limit = trainer.num_training_batches
     for batch_idx, batch in enumerate(batches, start=skip):
         if batch_idx >= limit:
@@ -174,7 +176,7 @@ def _resume_rng_now(trainer: Trainer) -> None:
 
 def _resumed_iterator(trainer: Trainer, loader: DataLoader[Any], skip: int) -> Iterator[Any]:
     """Skip finished batches at the index level, then continue the checkpoint's RNG stream."""
-    iterator = iter(data.skip_batches(loader, skip))
+    iterator = start_iterator(data.skip_batches(loader, skip))
     _resume_rng_now(trainer)
     return iterator
 
@@ -356,7 +358,7 @@ def _eval_loader(
     strategy, precision = trainer.strategy, trainer.precision
     total = data.num_batches(loader, limit)
     hook = f"on_{stage}_batch_end"
-    for batch_idx, batch in enumerate(loader):
+    for batch_idx, batch in enumerate(start_iterator(loader)):
         if batch_idx >= total:
             break
         batch = strategy.batch_to_device(batch)
@@ -398,7 +400,7 @@ def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: A
             prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
             total = data.num_batches(prepared, trainer.limits["predict"])
             with torch.no_grad(), trainer.precision.forward_context():
-                for batch_idx, batch in enumerate(prepared):
+                for batch_idx, batch in enumerate(start_iterator(prepared)):
                     if batch_idx >= total:
                         break
                     outputs.append(

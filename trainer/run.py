@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -206,6 +206,26 @@ def log_epoch_metrics(trainer: Trainer, results: Results, stage: str) -> dict[st
 
 
 # ---- signals -----------------------------------------------------------------------------
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+
+
+def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
+    """``iter(loader)`` with the stop signals blocked while DataLoader workers are forked.
+
+    Workers inherit the mask, so a SIGTERM sent to the whole process group (SLURM at a time
+    limit, Ctrl-C, ``timeout``) cannot kill them mid-epoch: the main process finishes its step
+    and saves, then shuts its workers down itself.
+    """
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return iter(loader)
+    blocked = {getattr(signal, name) for name in _STOP_SIGNALS if hasattr(signal, name)}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @contextlib.contextmanager
 def signals_to_flags(trainer: Trainer) -> Iterator[None]:
     """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
