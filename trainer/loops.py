@@ -1,4 +1,4 @@
-"""The fit and evaluation loops. They call the Strategy and Precision; they never branch on them."""
+"""The fit loop. It calls the Strategy and Precision; it never branches on them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import data
+from trainer.evaluation import evaluate
 from trainer.results import Results
 from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags, start_iterator
-from trainer.seed import rng_state, set_rng_state
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
@@ -322,88 +322,3 @@ def _step_scheduler(trainer: Trainer, config: Any) -> None:
             f"{sorted(trainer.callback_metrics) or 'nothing'}."
         )
     config.scheduler.step(float(value))
-
-
-# ---- evaluation --------------------------------------------------------------------------
-def evaluate(trainer: Trainer, stage: str, loaders: list[Any], limit: int | float | None) -> dict[str, float]:
-    """Every sample once across ranks; epoch metrics reduced exactly. Returns them as floats."""
-    module = trainer.module
-    assert module is not None
-    was_training = module.training
-    previous = trainer.results
-    trainer.results = results = Results(stage, trainer.strategy)
-    module.eval()
-    call_hook(trainer, f"on_{stage}_epoch_start")
-    # Evaluation must not shift training's random streams (iter() of a loader draws a seed):
-    # then validating more or less often never changes what training computes.
-    rng = rng_state()
-    try:
-        with torch.no_grad():
-            for loader in loaders:
-                _eval_loader(trainer, module, results, stage, loader, limit)
-    finally:
-        set_rng_state(rng)
-    call_hook(trainer, f"on_{stage}_epoch_end")
-    from trainer.run import log_epoch_metrics
-
-    metrics = log_epoch_metrics(trainer, results, stage)
-    trainer.results = previous
-    module.train(was_training)
-    return metrics
-
-
-def _eval_loader(
-    trainer: Trainer, module: Module, results: Results, stage: str, loader: Any, limit: int | float | None
-) -> None:
-    strategy, precision = trainer.strategy, trainer.precision
-    total = data.num_batches(loader, limit)
-    hook = f"on_{stage}_batch_end"
-    for batch_idx, batch in enumerate(start_iterator(loader)):
-        if batch_idx >= total:
-            break
-        batch = strategy.batch_to_device(batch)
-        results.batch = batch
-        with precision.forward_context():
-            output = strategy.eval_step(stage, batch, batch_idx)
-        for cb in trainer.callbacks:
-            getattr(cb, hook, _noop)(trainer, module, output, batch, batch_idx)
-
-
-def _noop(*args: Any) -> None:
-    return None
-
-
-def run_evaluation(
-    trainer: Trainer, stage: str, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
-) -> list[dict[str, float]]:
-    """``Trainer.validate``/``test``: load weights if asked, evaluate, return the metrics."""
-    if not hasattr(module, f"{stage}_step"):
-        raise AttributeError(f"{type(module).__name__} has no {stage}_step(); define it to run {stage}.")
-    trainer.stage = stage
-    with prepare_run(trainer, module, stage) as run:
-        eval_loaders, _ = resolve_loaders(trainer, module, stage, loaders, None, datamodule)
-        run.restore(ckpt_path, weights_only=True)
-        prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders]
-        metrics = evaluate(trainer, stage, prepared, trainer.limits[stage])
-    return [metrics]
-
-
-def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any) -> list[Any]:
-    """``Trainer.predict``: outputs of ``predict_step`` for this rank's share, in order."""
-    trainer.stage = "predict"
-    outputs: list[Any] = []
-    with prepare_run(trainer, module, "predict") as run:
-        pred_loaders, _ = resolve_loaders(trainer, module, "predict", loaders, None, datamodule)
-        run.restore(ckpt_path, weights_only=True)
-        module.eval()
-        for loader in pred_loaders:
-            prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
-            total = data.num_batches(prepared, trainer.limits["predict"])
-            with torch.no_grad(), trainer.precision.forward_context():
-                for batch_idx, batch in enumerate(start_iterator(prepared)):
-                    if batch_idx >= total:
-                        break
-                    outputs.append(
-                        trainer.strategy.eval_step("predict", trainer.strategy.batch_to_device(batch), batch_idx)
-                    )
-    return outputs

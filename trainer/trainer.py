@@ -1,7 +1,7 @@
 """``Trainer``: checks the flags, then runs fit/validate/test/predict through a Strategy.
 
 Nothing here knows about devices or processes: the Strategy does. The loops live in
-``trainer.loops``; what a checkpoint holds lives in ``trainer.state``.
+``trainer.loops`` and ``trainer.evaluation``; what a checkpoint holds lives in ``trainer.state``.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over every sample once; returns the epoch metrics."""
-        from trainer.loops import run_evaluation
+        from trainer.evaluation import run_evaluation
 
         return run_evaluation(self, "validation", module, dataloaders, datamodule, ckpt_path)
 
@@ -291,7 +291,7 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over every sample once; returns the epoch metrics."""
-        from trainer.loops import run_evaluation
+        from trainer.evaluation import run_evaluation
 
         return run_evaluation(self, "test", module, dataloaders, datamodule, ckpt_path)
 
@@ -303,7 +303,7 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> list[Any]:
         """Return ``predict_step`` outputs (this rank's share of the samples under DDP)."""
-        from trainer.loops import run_prediction
+        from trainer.evaluation import run_prediction
 
         return run_prediction(self, module, dataloaders, datamodule, ckpt_path)
 
