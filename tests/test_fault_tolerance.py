@@ -44,11 +44,26 @@ def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), "resumed run differs from the uninterrupted one"
 
 
+def timed_run(out: Path, *args: str) -> float:
+    """Run to the end; return the seconds from the first checkpoint to the exit (the kill window)."""
+    proc = start(out, *args, "--sleep", "0.02")
+    wait_for(out / "ckpts" / "last.ckpt")
+    began = time.monotonic()
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    return time.monotonic() - began
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> list[torch.Tensor]:
     out = tmp_path_factory.mktemp("reference")
     finish(out)
     return final_params(out)
+
+
+@pytest.fixture(scope="module")
+def kill_window(tmp_path_factory: pytest.TempPathFactory) -> float:
+    return timed_run(tmp_path_factory.mktemp("timing"))
 
 
 DDP = ("--strategy", "ddp", "--devices", "2")
@@ -59,6 +74,11 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> list[list[torch.T
     out = tmp_path_factory.mktemp("ddp-reference")
     finish(out, *DDP)
     return [final_params(out, rank) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def ddp_kill_window(tmp_path_factory: pytest.TempPathFactory) -> float:
+    return timed_run(tmp_path_factory.mktemp("ddp-timing"), *DDP)
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:
@@ -110,10 +130,10 @@ def test_ctrl_c_saves_interrupted_checkpoint_and_reraises(tmp_path: Path, refere
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(12))
 def test_sigkill_at_a_random_moment_then_resume_is_exact(
-    tmp_path: Path, reference: list[torch.Tensor], attempt: int
+    tmp_path: Path, reference: list[torch.Tensor], kill_window: float, attempt: int
 ) -> None:
     """SIGKILL lands anywhere: mid-step, mid-save, in a worker; the newest checkpoint resumes exactly."""
-    delay = random.Random(attempt).uniform(0.0, 2.5)
+    delay = random.Random(attempt).uniform(0.0, 0.7 * kill_window)  # kills land inside the training
     proc = start(tmp_path, "--sleep", "0.02")  # ~5 s of training after the first checkpoint
     wait_for(tmp_path / "ckpts" / "last.ckpt")
     time.sleep(delay)
@@ -143,10 +163,10 @@ def test_ddp_sigterm_saves_once_and_every_rank_exits_cleanly(
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(8))
 def test_ddp_sigkill_at_a_random_moment_then_resume_is_exact(
-    tmp_path: Path, ddp_reference: list[list[torch.Tensor]], attempt: int
+    tmp_path: Path, ddp_reference: list[list[torch.Tensor]], ddp_kill_window: float, attempt: int
 ) -> None:
     """SIGKILL to the launching rank takes the whole 2-rank job down; the resume is exact on both ranks."""
-    delay = random.Random(100 + attempt).uniform(0.0, 2.5)
+    delay = random.Random(100 + attempt).uniform(0.0, 0.7 * ddp_kill_window)
     proc = start(tmp_path, *DDP, "--sleep", "0.02")
     wait_for(tmp_path / "ckpts" / "last.ckpt")
     time.sleep(delay)
