@@ -430,3 +430,15 @@ def test_log_with_bad_reduce_fx(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"self\.log\('x', reduce_fx='median'\): choose one of mean, sum, max, min"):
         quiet(tmp_path).fit(BadLog(), loader(regression_data(16)))
+
+
+def test_deferred_nonfinite_check_raises_with_the_first_bad_step(tmp_path: Path) -> None:
+    """The sync-free path used on accelerators records the first bad step on the device."""
+    from trainer.loops import check_nonfinite
+
+    fit = quiet(tmp_path)
+    fit.first_nonfinite_step = torch.tensor(-1)
+    check_nonfinite(fit)  # nothing bad recorded: no error
+    fit.first_nonfinite_step = torch.tensor(7)
+    with pytest.raises(FloatingPointError, match="global step 7"):
+        check_nonfinite(fit)

@@ -11,7 +11,14 @@ import torch
 from trainer import data
 from trainer.evaluation import evaluate
 from trainer.results import Results
-from trainer.run import call_hook, prepare_run, resolve_loaders, signals_to_flags, start_iterator
+from trainer.run import (
+    call_hook,
+    log_step_metrics,
+    prepare_run,
+    resolve_loaders,
+    signals_to_flags,
+    start_iterator,
+)
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
@@ -119,6 +126,7 @@ def _end_epoch(trainer: Trainer, completed: bool) -> None:
     logging, epoch schedulers, then the callbacks' on_train_epoch_end (checkpoints)."""
     from trainer.run import log_epoch_metrics
 
+    check_nonfinite(trainer)
     every = trainer.check_val_every_n_epoch
     if trainer.val_dataloaders and every is not None and (trainer.current_epoch + 1) % every == 0:
         evaluate(trainer, "validation", trainer.val_dataloaders, trainer.limits["validation"])
@@ -187,8 +195,7 @@ def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any,
     results.batch = batch
     for cb in callbacks:
         cb.on_train_batch_start(trainer, module, batch, batch_idx)
-    window = _window_size(trainer, batch_idx)
-    should_step = window == 0
+    should_step = trainer.accumulate_grad_batches == 1 or _window_size(trainer, batch_idx) == 0
     with strategy.no_sync(not should_step):
         with precision.forward_context():
             output = strategy.training_step(batch, batch_idx)
@@ -201,11 +208,14 @@ def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any,
     trainer.batches_done = batch_idx + 1
     trainer.last_loss = loss.detach()
     if should_step:  # callbacks see every step's values; loggers get them every log_every_n_steps
-        from trainer.run import log_step_metrics
-
-        log_step_metrics(trainer, results, write=trainer.global_step % trainer.log_every_n_steps == 0)
+        write = trainer.global_step % trainer.log_every_n_steps == 0
+        if write:
+            check_nonfinite(trainer)
+        if results.step_values or (write and results.unwritten):
+            log_step_metrics(trainer, results, write)
     for cb in callbacks:
         cb.on_train_batch_end(trainer, module, output, batch, batch_idx)
+    results.batch = None  # let the allocator reuse this batch's memory for the next one
 
 
 def _window_size(trainer: Trainer, batch_idx: int) -> int:
