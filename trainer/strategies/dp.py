@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.strategies.base import ReduceOp, Strategy
+from trainer.strategies.base import Strategy
 from trainer.strategies.ddp import StepWrapper
+from trainer.strategies.single import SingleDeviceStrategy
 
 
 def mean_of_replicas(output: Any) -> Any:
@@ -27,8 +28,11 @@ def mean_of_replicas(output: Any) -> Any:
     return output
 
 
-class DataParallelStrategy(Strategy):
-    """``torch.nn.DataParallel`` over the given CUDA devices, in one process."""
+class DataParallelStrategy(SingleDeviceStrategy):
+    """``torch.nn.DataParallel`` over the given CUDA devices, in one process.
+
+    One process, so the collectives are the single-device no-ops it inherits.
+    """
 
     name = "dp"
 
@@ -40,7 +44,7 @@ class DataParallelStrategy(Strategy):
             )
         if num_nodes != 1:
             raise ValueError(f"strategy='dp' runs in one process on one machine; for num_nodes={num_nodes} use 'ddp'.")
-        super().configure(accelerator, device_indices, num_nodes)
+        Strategy.configure(self, accelerator, device_indices, num_nodes)  # several devices are the point
 
     @property
     def root_device(self) -> torch.device:
@@ -68,16 +72,3 @@ class DataParallelStrategy(Strategy):
             # Gathering one scalar loss per replica into a vector is what we want; torch warns about it.
             warnings.filterwarnings("ignore", message=".*all input tensors were scalars.*")
             return self.model(batch, batch_idx, stage)
-
-    # ---- one process: collectives return their input ----------------------------------------
-    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        return tensor
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.unsqueeze(0)
-
-    def barrier(self) -> None:
-        pass
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        return obj
