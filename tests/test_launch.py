@@ -12,8 +12,6 @@ from tests.helpers import run_python
 from trainer.launch import (
     SELF_LAUNCH_VAR,
     ClusterEnv,
-    _describe_exit,
-    _exit_status,
     detect_cluster,
     expand_hostlist,
     find_free_port,
@@ -22,6 +20,7 @@ from trainer.launch import (
     rank_environment,
     slurm_port,
 )
+from trainer.supervise import _describe_exit, _exit_status
 
 TORCHRUN = {
     "RANK": "3",

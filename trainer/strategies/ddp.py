@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import launch
+from trainer import launch, supervise
 from trainer.strategies.base import ReduceOp, Strategy
 
 _COMM_THREADS_GRACE_S = 0.05  # see DDPStrategy.teardown
@@ -125,7 +125,7 @@ class DDPStrategy(Strategy):
     def setup_environment(self) -> None:
         """Find (or start) the other ranks, pin this rank's device, join the process group."""
         cluster = launch.detect_cluster(len(self.device_indices), self.num_nodes)
-        launch.start_processes(cluster)
+        supervise.start_processes(cluster)
         self.cluster = cluster
         if cluster.local_rank >= len(self.device_indices):
             raise RuntimeError(
@@ -182,7 +182,7 @@ class DDPStrategy(Strategy):
         self._owns_group = False
 
     def on_exception(self, exception: BaseException) -> None:
-        launch.on_rank_exception(exception)
+        supervise.on_rank_exception(exception)
 
     # ---- the step ------------------------------------------------------------------------
     def batch_to_device(self, batch: Any) -> Any:
