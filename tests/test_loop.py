@@ -109,3 +109,16 @@ def test_train_and_eval_modes_switch(tmp_path: Path) -> None:
     assert {s for s in seen if s[0] == "train"} == {("train", True, True)}
     assert {s for s in seen if s[0] == "val"} == {("val", False, False)}
     assert [s[0] for s in seen][:2] == ["val", "train"]  # sanity check first
+
+
+def test_module_on_before_optimizer_step_sees_gradients_once_per_step(tmp_path: Path) -> None:
+    norms: list[float] = []
+
+    class Hooked(Regressor):
+        def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+            norms.append(float(sum(p.grad.norm() for p in self.parameters() if p.grad is not None)))
+
+    fit = quiet(tmp_path, max_epochs=1, accumulate_grad_batches=3)
+    fit.fit(Hooked(), loader(regression_data(n=88)))  # 11 batches -> windows 3, 3, 3, 2
+    assert len(norms) == fit.global_step == 4
+    assert all(n > 0 for n in norms)

@@ -295,6 +295,7 @@ def _optimizer_step(trainer: Trainer, module: Module) -> None:
     precision = trainer.precision
     for optimizer in trainer.optimizers:
         precision.unscale_(optimizer)  # hooks and clipping see the true gradients
+        module.on_before_optimizer_step(optimizer)
         for cb in trainer.callbacks:
             cb.on_before_optimizer_step(trainer, module, optimizer)
         if trainer.gradient_clip_val is not None:
