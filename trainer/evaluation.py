@@ -57,11 +57,7 @@ def _eval_loader(
         with precision.forward_context():
             output = strategy.eval_step(stage, batch, batch_idx)
         for cb in trainer.callbacks:
-            getattr(cb, hook, _noop)(trainer, module, output, batch, batch_idx)
-
-
-def _noop(*args: Any) -> None:
-    return None
+            getattr(cb, hook)(trainer, module, output, batch, batch_idx)
 
 
 def run_evaluation(

@@ -24,17 +24,9 @@ def attach(trainer: Trainer, module: Module) -> None:
 def call_hook(trainer: Trainer, name: str) -> None:
     """The module's hook first, then each callback's."""
     module = trainer.module
-    getattr(module, name, _nothing)()
+    getattr(module, name)()
     for cb in trainer.callbacks:
-        getattr(cb, name, _nothing_cb)(trainer, module)
-
-
-def _nothing() -> None:
-    return None
-
-
-def _nothing_cb(*_: Any) -> None:
-    return None
+        getattr(cb, name)(trainer, module)
 
 
 def _check_module(module: Any, stage: str) -> None:
