@@ -151,6 +151,31 @@ def test_module_hooks_run_before_callback_hooks(tmp_path: Path) -> None:
     assert order == ["module", "callback"] * 2
 
 
+def test_per_batch_module_hooks_run_before_callbacks_with_their_arguments(tmp_path: Path) -> None:
+    order: list[tuple[str, ...]] = []
+
+    class Hooked(Regressor):
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+            order.append(("module start", str(batch_idx), str(len(batch[0]))))
+
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            order.append(("module end", str(batch_idx), str(outputs.requires_grad)))
+
+    class Cb(trainer.Callback):
+        def on_train_batch_start(self, trainer: trainer.Trainer, module: trainer.Module, batch: Any, idx: int) -> None:
+            order.append(("callback start", str(idx)))
+
+    module = Hooked()
+    # A hook set on the instance counts as overridden too.
+    module.on_before_optimizer_step = lambda optimizer: order.append(("instance", type(optimizer).__name__))  # type: ignore[method-assign]
+    quiet(tmp_path, max_epochs=1, callbacks=[Cb()]).fit(module, data(8))  # batches of 4: two steps
+    per_batch = [
+        [("module start", i, "4"), ("callback start", i), ("instance", "SGD"), ("module end", i, "True")]
+        for i in ("0", "1")
+    ]
+    assert order == per_batch[0] + per_batch[1]
+
+
 # ---- ModelCheckpoint ------------------------------------------------------------------------------
 class Scored(Regressor):
     """Logs ``score`` = ``scores[epoch]`` in validation, so a test decides what is best."""

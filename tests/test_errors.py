@@ -260,10 +260,15 @@ class BadStep(Regressor):
         ("dict_without_loss", TypeError, r"a dict with 'loss'; got dict"),
     ],
 )
-def test_bad_training_step_output(tmp_path: Path, kind: str, error: type[Exception], pattern: str) -> None:
+@pytest.mark.parametrize(("on_nonfinite_loss", "accumulate"), [("raise", 1), ("skip", 1), ("off", 1), ("raise", 2)])
+def test_bad_training_step_output(
+    tmp_path: Path, kind: str, error: type[Exception], pattern: str, on_nonfinite_loss: str, accumulate: int
+) -> None:
+    """Whichever path the loss takes (finite check, scaling for accumulation, backward), the error names it."""
     module = BadStep(kind)
+    fit = quiet(tmp_path, on_nonfinite_loss=on_nonfinite_loss, accumulate_grad_batches=accumulate)
     with pytest.raises(error, match=pattern):
-        quiet(tmp_path).fit(module, loader(regression_data(16), batch_size=4))
+        fit.fit(module, loader(regression_data(16), batch_size=4))
     assert module.seen == [0]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,36 @@ def test_module_on_before_optimizer_step_sees_gradients_once_per_step(tmp_path: 
     fit.fit(Hooked(), loader(regression_data(n=88)))  # 11 batches -> windows 3, 3, 3, 2
     assert len(norms) == fit.global_step == 4
     assert all(n > 0 for n in norms)
+
+
+def test_last_loss_is_detached_and_no_graph_outlives_the_fit(tmp_path: Path) -> None:
+    """Between steps the loop keeps the last loss's graph head (so autograd reuses each parameter's
+    gradient accumulator, as in a hand-written loop); users only ever see it detached."""
+    seen: list[bool] = []
+
+    class Peek(Regressor):
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            if self.trainer.last_loss is not None:
+                seen.append(self.trainer.last_loss.requires_grad)
+            return super().training_step(batch, batch_idx)
+
+    fit = quiet(tmp_path, max_epochs=1)
+    fit.fit(Peek(), loader(regression_data(n=32)))
+    assert seen == [False, False, False]
+    assert fit.last_loss is not None and fit.last_loss.grad_fn is None
+    assert fit.step_loss is not None and fit.step_loss.grad_fn is None  # released at the end of fit
+
+
+def test_a_custom_forward_context_wraps_every_training_and_validation_step(tmp_path: Path) -> None:
+    from trainer.precision import Precision
+
+    entered: list[bool] = []
+
+    class Recording(Precision):
+        def forward_context(self) -> contextlib.AbstractContextManager[None]:
+            entered.append(torch.is_grad_enabled())
+            return contextlib.nullcontext()
+
+    data = loader(regression_data(n=8), batch_size=4)
+    quiet(tmp_path, max_epochs=1, precision=Recording()).fit(Regressor(), data, data)
+    assert entered == [True, True, False, False]  # two training batches, then two validation batches

@@ -13,10 +13,11 @@ from trainer.seed import rng_state, set_rng_state
 
 if TYPE_CHECKING:
     from trainer.module import Module
+    from trainer.strategies.base import Stage
     from trainer.trainer import Trainer
 
 
-def evaluate(trainer: Trainer, stage: str, loaders: list[Any], limit: int | float | None) -> dict[str, float]:
+def evaluate(trainer: Trainer, stage: Stage, loaders: list[Any], limit: int | float | None) -> dict[str, float]:
     """Every sample once across ranks; epoch metrics reduced exactly. Returns them as floats."""
     module = trainer.module
     assert module is not None
@@ -44,9 +45,10 @@ def evaluate(trainer: Trainer, stage: str, loaders: list[Any], limit: int | floa
 
 
 def _eval_loader(
-    trainer: Trainer, module: Module, results: Results, stage: str, loader: Any, limit: int | float | None
+    trainer: Trainer, module: Module, results: Results, stage: Stage, loader: Any, limit: int | float | None
 ) -> None:
-    strategy, precision = trainer.strategy, trainer.precision
+    strategy = trainer.strategy
+    step = trainer.precision.autocast(strategy.step_function(stage))
     total = data.num_batches(loader, limit)
     hook = f"on_{stage}_batch_end"
     for batch_idx, batch in enumerate(start_iterator(loader)):
@@ -54,14 +56,13 @@ def _eval_loader(
             break
         batch = strategy.batch_to_device(batch)
         results.batch = batch
-        with precision.forward_context():
-            output = strategy.eval_step(stage, batch, batch_idx)
+        output = step(batch, batch_idx)
         for cb in trainer.callbacks:
             getattr(cb, hook)(trainer, module, output, batch, batch_idx)
 
 
 def run_evaluation(
-    trainer: Trainer, stage: str, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
+    trainer: Trainer, stage: Stage, module: Module, loaders: Any, datamodule: Any, ckpt_path: Any
 ) -> list[dict[str, float]]:
     """``Trainer.validate``/``test``: load weights if asked, evaluate, return the metrics."""
     if not hasattr(module, f"{stage}_step"):
@@ -86,11 +87,10 @@ def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: A
         for loader in pred_loaders:
             prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
             total = data.num_batches(prepared, trainer.limits["predict"])
-            with torch.no_grad(), trainer.precision.forward_context():
+            step = trainer.precision.autocast(trainer.strategy.step_function("predict"))
+            with torch.no_grad():
                 for batch_idx, batch in enumerate(start_iterator(prepared)):
                     if batch_idx >= total:
                         break
-                    outputs.append(
-                        trainer.strategy.eval_step("predict", trainer.strategy.batch_to_device(batch), batch_idx)
-                    )
+                    outputs.append(step(trainer.strategy.batch_to_device(batch), batch_idx))
     return outputs

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -156,13 +158,14 @@ def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
     if skip == 0:
         call_hook(trainer, "on_train_epoch_start")
     strategy = trainer.strategy
+    calls = _step_calls(trainer, module)
     agree_every = 1 if strategy.world_size == 1 else SIGNAL_CHECK_EVERY
     batches = _resumed_iterator(trainer, loader, skip) if skip else start_iterator(loader)
     limit = trainer.num_training_batches
     for batch_idx, batch in enumerate(batches, start=skip):
         if batch_idx >= limit:
             break
-        _train_batch(trainer, module, results, batch, batch_idx)
+        _train_batch(trainer, calls, results, batch, batch_idx)
         # Ranks agree on a stop every few batches (a collective each batch would cost time).
         if batch_idx % agree_every == 0 and strategy.reduce_boolean_decision(trainer.signal_received is not None):
             trainer.signal_received = trainer.signal_received or "SIGTERM"
@@ -172,6 +175,40 @@ def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
         if trainer.should_stop:
             return batch_idx + 1 >= limit
     return True
+
+
+@dataclass(frozen=True)
+class _StepCalls:
+    """What a training batch calls, looked up once per epoch; hooks nobody overrides are left out,
+    so a plain run pays for none of them."""
+
+    forward: Callable[[Any, int], Any]  # the strategy's training step, under the precision's autocast
+    batch_start: tuple[Callable[[Any, int], None], ...]
+    before_optimizer_step: tuple[Callable[[torch.optim.Optimizer], None], ...]
+    batch_end: tuple[Callable[[Any, Any, int], None], ...]
+
+
+def _step_calls(trainer: Trainer, module: Module) -> _StepCalls:
+    from trainer.callbacks.base import Callback
+    from trainer.module import Module
+
+    def hooks(name: str) -> tuple[Callable[..., None], ...]:
+        own = (getattr(module, name),) if overrides(module, name, Module) else ()
+        bound = (functools.partial(getattr(cb, name), trainer, module) for cb in trainer.callbacks)
+        return own + tuple(hook for hook, cb in zip(bound, trainer.callbacks) if overrides(cb, name, Callback))
+
+    return _StepCalls(
+        forward=trainer.precision.autocast(trainer.strategy.step_function("training")),
+        batch_start=hooks("on_train_batch_start"),
+        before_optimizer_step=hooks("on_before_optimizer_step"),
+        batch_end=hooks("on_train_batch_end"),
+    )
+
+
+def overrides(obj: object, name: str, base: type) -> bool:
+    """Whether ``obj`` replaces ``base``'s no-op hook ``name`` (in its class or on the instance)."""
+    impl = getattr(obj, name)
+    return getattr(impl, "__func__", impl) is not getattr(base, name)
 
 
 def _resume_rng_now(trainer: Trainer) -> None:
@@ -189,33 +226,50 @@ def _resumed_iterator(trainer: Trainer, loader: DataLoader[Any], skip: int) -> I
     return iterator
 
 
-def _train_batch(trainer: Trainer, module: Module, results: Results, batch: Any, batch_idx: int) -> None:
-    strategy, precision, callbacks = trainer.strategy, trainer.precision, trainer.callbacks
-    batch = strategy.batch_to_device(batch)
+def _train_batch(trainer: Trainer, calls: _StepCalls, results: Results, batch: Any, batch_idx: int) -> None:
+    batch = trainer.strategy.batch_to_device(batch)
     results.batch = batch
-    for cb in callbacks:
-        cb.on_train_batch_start(trainer, module, batch, batch_idx)
+    for hook in calls.batch_start:
+        hook(batch, batch_idx)
     should_step = trainer.accumulate_grad_batches == 1 or _window_size(trainer, batch_idx) == 0
-    with strategy.no_sync(not should_step):
-        with precision.forward_context():
-            output = strategy.training_step(batch, batch_idx)
-        loss = _loss_of(output, trainer.global_step)
-        skip = trainer.on_nonfinite_loss != "off" and not _finite(trainer, loss)
-        if not skip:
-            precision.backward(loss if trainer.accumulate_grad_batches == 1 else loss / _divisor(trainer, batch_idx))
     if should_step:
-        _optimizer_step(trainer, module)
+        output, loss = _forward_backward(trainer, calls, batch, batch_idx)
+        _optimizer_step(trainer, calls)
+    else:
+        with trainer.strategy.no_sync():  # DDP: no gradient all-reduce until the window closes
+            output, loss = _forward_backward(trainer, calls, batch, batch_idx)
     trainer.batches_done = batch_idx + 1
-    trainer.last_loss = loss.detach()
+    # The last loss keeps its graph head until the next step, as a hand-written loop's ``loss``
+    # does: autograd then reuses each parameter's gradient accumulator instead of rebuilding it.
+    trainer.step_loss = loss
     if should_step:  # callbacks see every step's values; loggers get them every log_every_n_steps
         write = trainer.global_step % trainer.log_every_n_steps == 0
         if write:
             check_nonfinite(trainer)
         if results.step_values or (write and results.unwritten):
             log_step_metrics(trainer, results, write)
-    for cb in callbacks:
-        cb.on_train_batch_end(trainer, module, output, batch, batch_idx)
+    for end_hook in calls.batch_end:
+        end_hook(output, batch, batch_idx)
     results.batch = None  # let the allocator reuse this batch's memory for the next one
+
+
+def _forward_backward(trainer: Trainer, calls: _StepCalls, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
+    """Run the step and backpropagate its loss; returns the step's output and the loss.
+
+    The output is only validated when something fails: ``_check_loss`` then names the problem
+    (a checked-up-front loss would cost every step a few attribute reads).
+    """
+    output = calls.forward(batch, batch_idx)
+    try:
+        loss = output["loss"] if isinstance(output, dict) else output
+        if trainer.on_nonfinite_loss != "off" and not _finite(trainer, loss):
+            return output, loss.detach()  # skipped: drop the graph at once
+        accumulate = trainer.accumulate_grad_batches
+        trainer.precision.backward(loss if accumulate == 1 else loss / _divisor(trainer, batch_idx))
+    except Exception:
+        _check_loss(output, trainer.global_step)
+        raise
+    return output, loss
 
 
 def _window_size(trainer: Trainer, batch_idx: int) -> int:
@@ -237,7 +291,8 @@ def _divisor(trainer: Trainer, batch_idx: int) -> float:
     return float(min(accumulate, total - start)) if math.isfinite(total) else float(accumulate)
 
 
-def _loss_of(output: Any, step: int) -> torch.Tensor:
+def _check_loss(output: Any, step: int) -> None:
+    """Raise a clear error when ``output`` is not a usable loss (called after a step failed)."""
     loss = output.get("loss") if isinstance(output, dict) else output
     if not isinstance(loss, torch.Tensor):
         raise TypeError(
@@ -250,7 +305,6 @@ def _loss_of(output: Any, step: int) -> torch.Tensor:
         raise ValueError(
             "training_step returned a loss that does not require grad (was it computed under no_grad, or detached?)."
         )
-    return loss
 
 
 def _finite(trainer: Trainer, loss: torch.Tensor) -> bool:
@@ -260,7 +314,7 @@ def _finite(trainer: Trainer, loss: torch.Tensor) -> bool:
     ``.item()`` would stall the device, so "raise" keeps a device-side record of the first bad
     step and reads it at each logging interval and at the epoch end (see ``check_nonfinite``).
     """
-    if loss.device.type != "cpu" and trainer.on_nonfinite_loss == "raise":
+    if not loss.is_cpu and trainer.on_nonfinite_loss == "raise":
         step = torch.tensor(trainer.global_step, device=loss.device)
         first = trainer.first_nonfinite_step
         bad = ~torch.isfinite(loss.detach())
@@ -291,13 +345,12 @@ def check_nonfinite(trainer: Trainer) -> None:
         _raise_nonfinite(trainer, step)
 
 
-def _optimizer_step(trainer: Trainer, module: Module) -> None:
+def _optimizer_step(trainer: Trainer, calls: _StepCalls) -> None:
     precision = trainer.precision
     for optimizer in trainer.optimizers:
         precision.unscale_(optimizer)  # hooks and clipping see the true gradients
-        module.on_before_optimizer_step(optimizer)
-        for cb in trainer.callbacks:
-            cb.on_before_optimizer_step(trainer, module, optimizer)
+        for hook in calls.before_optimizer_step:
+            hook(optimizer)
         if trainer.gradient_clip_val is not None:
             _clip(trainer, optimizer)
         precision.optimizer_step(optimizer)

@@ -7,6 +7,7 @@ branches on the precision in use.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,6 +24,20 @@ class Precision:
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return _NO_CONTEXT
+
+    def autocast(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+        """``step`` run inside ``forward_context``; built once per epoch by the loops.
+
+        Without a context (fp32) this is ``step`` itself, so a batch pays no extra call.
+        """
+        if type(self).forward_context is Precision.forward_context:
+            return step
+
+        def in_context(batch: Any, batch_idx: int) -> Any:
+            with self.forward_context():
+                return step(batch, batch_idx)
+
+        return in_context
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

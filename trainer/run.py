@@ -72,7 +72,7 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
     trainer.resume_rng = None
     trainer.epoch_rng = {}
     trainer.epoch_finished = False
-    trainer.last_loss = None
+    trainer.step_loss = None
     trainer.first_nonfinite_step = None
     status = "failed"
     try:
@@ -94,6 +94,7 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
             cb.on_exception(trainer, module, exc)
         raise
     finally:
+        trainer.step_loss = trainer.last_loss  # the graph head is only worth keeping between steps
         for cb in trainer.callbacks:
             cb.teardown(trainer, module, stage)
         if trainer.is_global_zero:

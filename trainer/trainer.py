@@ -176,7 +176,7 @@ class Trainer:
         self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.epoch_finished = False
-        self.last_loss: torch.Tensor | None = None
+        self.step_loss: torch.Tensor | None = None  # the last training loss, graph head kept (see loops)
         self.first_nonfinite_step: torch.Tensor | None = None  # device-side, read at log intervals
         if deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -252,6 +252,11 @@ class Trainer:
         from trainer.callbacks import ModelCheckpoint
 
         return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+
+    @property
+    def last_loss(self) -> torch.Tensor | None:
+        """The last training step's loss, detached."""
+        return None if self.step_loss is None else self.step_loss.detach()
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:

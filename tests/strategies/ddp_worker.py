@@ -9,6 +9,7 @@ SIGKILL on one rank while the other waits in a collective.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -71,7 +72,7 @@ def train_both(strategy: DDPStrategy, module: Tiny, steps: int = 3, batch: int =
         full = (data[0][step * batch : (step + 1) * batch], data[1][step * batch : (step + 1) * batch])
         local = shard(full, strategy.global_rank, strategy.world_size)
         opt.zero_grad()
-        strategy.training_step(to(local, device), step).backward()
+        strategy.step_function("training")(to(local, device), step).backward()
         opt.step()
         ref_opt.zero_grad()
         reference.training_step(to(full, device), step).backward()
@@ -119,8 +120,8 @@ def check_no_sync(strategy: DDPStrategy) -> dict[str, Any]:
     grads = {}
     for skip in (True, False):
         module.zero_grad()
-        with strategy.no_sync(skip):
-            strategy.training_step(batch, 0).backward()
+        with strategy.no_sync() if skip else contextlib.nullcontext():
+            strategy.step_function("training")(batch, 0).backward()
         grads[skip] = rows_equal(strategy.all_gather(flat(p.grad for p in module.parameters())))
     return {
         "no_sync_grads_equal": grads[True],
@@ -153,7 +154,7 @@ def fail(strategy: DDPStrategy, mode: str) -> None:
     """One rank fails while the other waits in a collective (or keeps busy)."""
     module = Tiny()
     strategy.setup_module(module)
-    strategy.training_step(make_data(4), 0).backward()
+    strategy.step_function("training")(make_data(4), 0).backward()
     if mode == "exit0":  # every rank leaves cleanly (as after an agreed signal); rank 1 takes longer
         if strategy.global_rank == 1:
             time.sleep(1)

@@ -240,8 +240,8 @@ def test_one_rank_group_runs_a_step_and_tears_down() -> None:
     try:
         model = strategy.setup_module(Tiny())
         assert isinstance(model, nn.parallel.DistributedDataParallel)
-        strategy.training_step(torch.ones(4, 2), 0).backward()
-        assert strategy.eval_step("validation", torch.ones(1, 2), 3) == "validation 3"
+        strategy.step_function("training")(torch.ones(4, 2), 0).backward()
+        assert strategy.step_function("validation")(torch.ones(1, 2), 3) == "validation 3"
         assert strategy.all_reduce(torch.tensor([2, 4]), "mean").tolist() == [2.0, 4.0]
         assert strategy.all_gather(torch.tensor([1.0])).shape == (1, 1)
         assert strategy.broadcast({"a": 1}) == {"a": 1}

@@ -85,8 +85,8 @@ def test_steps_run_through_the_wrapper() -> None:
     strategy = cpu_strategy(module)
     data = batch()
     assert strategy.batch_to_device(data) is data  # DataParallel scatters it
-    assert torch.equal(strategy.training_step(data, 0), module.training_step(data, 0))
-    assert strategy.eval_step("validation", data, 2) == "validation 2"
+    assert torch.equal(strategy.step_function("training")(data, 0), module.training_step(data, 0))
+    assert strategy.step_function("validation")(data, 2) == "validation 2"
 
 
 def test_state_dict_has_no_wrapper_prefix() -> None:
@@ -117,7 +117,7 @@ def test_data_parallel_matches_one_device_on_the_full_batch() -> None:
     strategy.configure("cuda", devices)
     strategy.setup_module(module)
     data = batch(8 * len(devices))  # divides evenly: the mean of replica means is the full mean
-    loss = strategy.training_step(strategy.batch_to_device(data), 0)
+    loss = strategy.step_function("training")(strategy.batch_to_device(data), 0)
     loss.backward()
     ref_loss = reference.training_step((data[0].cuda(), data[1].cuda()), 0)
     ref_loss.backward()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
+Stage = Literal["training", "validation", "test", "predict"]
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: saves an allocation per step
 
 
@@ -103,16 +104,16 @@ class Strategy(ABC):
 
         return move_to_device(batch, self.root_device)
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        assert self.module is not None
-        return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+        """What the loops call per batch of ``stage``, looked up once per epoch.
 
-    def eval_step(self, stage: str, batch: Any, batch_idx: int) -> Any:
-        """Run ``validation_step``/``test_step``/``predict_step`` of the module."""
-        assert self.module is not None
-        return getattr(self.module, f"{stage}_step")(batch, batch_idx)
+        By default the module's own bound ``<stage>_step``, so a step costs no extra call;
+        strategies whose wrapper must see the forward (DDP, DP) route through it instead.
+        """
+        assert self.module is not None, "setup_module() must run before a step"
+        return getattr(self.module, f"{stage}_step")  # type: ignore[no-any-return]
 
-    def no_sync(self, skip_sync: bool) -> contextlib.AbstractContextManager[Any]:
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
         return _NO_CONTEXT
 

@@ -2,7 +2,7 @@
 
 Processes come from torchrun, SLURM or a self-launch (``trainer.launch``). Every rank starts
 from rank 0's weights: DDP's constructor broadcasts parameters and buffers from rank 0.
-``training_step`` goes through the DDP-wrapped module so DDP's forward hooks (buffer
+The training step goes through the DDP-wrapped module so DDP's forward hooks (buffer
 broadcast, unused-parameter search) run; evaluation calls the user's module directly.
 ``sync_batchnorm`` uses torch's SyncBatchNorm on CUDA and ``CPUSyncBatchNorm`` (below) on gloo.
 
@@ -17,6 +17,7 @@ import inspect
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import launch, supervise
-from trainer.strategies.base import ReduceOp, Strategy
+from trainer.strategies.base import ReduceOp, Stage, Strategy
 
 _COMM_THREADS_GRACE_S = 0.05  # see DDPStrategy.teardown
 _REDUCE_OPS = {
@@ -190,12 +191,14 @@ class DDPStrategy(Strategy):
             return batch
         return super().batch_to_device(batch)
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        assert self.model is not None, "setup_module() must run before training_step()"
-        return self.model(batch, batch_idx)
+    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+        if stage != "training":
+            return super().step_function(stage)
+        assert self.model is not None, "setup_module() must run before a step"
+        return self.model  # DDP's forward: StepWrapper calls training_step(batch, batch_idx)
 
-    def no_sync(self, skip_sync: bool) -> contextlib.AbstractContextManager[Any]:
-        if skip_sync and isinstance(self.model, DistributedDataParallel):
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        if isinstance(self.model, DistributedDataParallel):
             return self.model.no_sync()
         return contextlib.nullcontext()
 

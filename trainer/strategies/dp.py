@@ -8,13 +8,15 @@ Collectives are one-process no-ops; checkpoints hold the user's module without `
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer.strategies.base import Strategy
+from trainer.strategies.base import Stage, Strategy
 from trainer.strategies.ddp import StepWrapper
 from trainer.strategies.single import SingleDeviceStrategy
 
@@ -60,11 +62,13 @@ class DataParallelStrategy(SingleDeviceStrategy):
     def batch_to_device(self, batch: Any) -> Any:
         return batch  # DataParallel scatters the batch to the replicas itself
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        return mean_of_replicas(self._forward(batch, batch_idx, "training"))
+    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+        if stage == "training":
+            return self._training_step
+        return functools.partial(self._forward, stage=stage)
 
-    def eval_step(self, stage: str, batch: Any, batch_idx: int) -> Any:
-        return self._forward(batch, batch_idx, stage)
+    def _training_step(self, batch: Any, batch_idx: int) -> Any:
+        return mean_of_replicas(self._forward(batch, batch_idx, "training"))
 
     def _forward(self, batch: Any, batch_idx: int, stage: str) -> Any:
         assert self.model is not None, "setup_module() must run before a step"
