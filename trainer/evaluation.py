@@ -49,12 +49,14 @@ def _eval_loader(
 ) -> None:
     strategy = trainer.strategy
     step = trainer.precision.autocast(strategy.step_function(stage))
+    to_device = strategy.batch_mover()
     total = data.num_batches(loader, limit)
     hook = f"on_{stage}_batch_end"
     for batch_idx, batch in enumerate(start_iterator(loader)):
         if batch_idx >= total:
             break
-        batch = strategy.batch_to_device(batch)
+        if to_device is not None:
+            batch = to_device(batch)
         results.batch = batch
         output = step(batch, batch_idx)
         for cb in trainer.callbacks:
@@ -88,9 +90,10 @@ def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: A
             prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
             total = data.num_batches(prepared, trainer.limits["predict"])
             step = trainer.precision.autocast(trainer.strategy.step_function("predict"))
+            to_device = trainer.strategy.batch_mover()
             with torch.no_grad():
                 for batch_idx, batch in enumerate(start_iterator(prepared)):
                     if batch_idx >= total:
                         break
-                    outputs.append(step(trainer.strategy.batch_to_device(batch), batch_idx))
+                    outputs.append(step(batch if to_device is None else to_device(batch), batch_idx))
     return outputs

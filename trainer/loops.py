@@ -157,17 +157,20 @@ def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
     trainer.results = results = Results("train", trainer.strategy)
     if skip == 0:
         call_hook(trainer, "on_train_epoch_start")
-    strategy = trainer.strategy
     calls = _step_calls(trainer, module)
-    agree_every = 1 if strategy.world_size == 1 else SIGNAL_CHECK_EVERY
+    # Several ranks agree on a stop every few batches (a collective each batch would cost time);
+    # a single rank's own flag is the decision.
+    agree = trainer.strategy.reduce_boolean_decision if trainer.world_size > 1 else None
     batches = _resumed_iterator(trainer, loader, skip) if skip else start_iterator(loader)
     limit = trainer.num_training_batches
     for batch_idx, batch in enumerate(batches, start=skip):
         if batch_idx >= limit:
             break
         _train_batch(trainer, calls, results, batch, batch_idx)
-        # Ranks agree on a stop every few batches (a collective each batch would cost time).
-        if batch_idx % agree_every == 0 and strategy.reduce_boolean_decision(trainer.signal_received is not None):
+        stop = trainer.signal_received is not None
+        if agree is not None:
+            stop = batch_idx % SIGNAL_CHECK_EVERY == 0 and agree(stop)
+        if stop:
             trainer.signal_received = trainer.signal_received or "SIGTERM"
             return False
         if 0 <= trainer.max_steps <= trainer.global_step:
@@ -182,6 +185,7 @@ class _StepCalls:
     """What a training batch calls, looked up once per epoch; hooks nobody overrides are left out,
     so a plain run pays for none of them."""
 
+    to_device: Callable[[Any], Any] | None  # None: batches are already where the step runs
     forward: Callable[[Any, int], Any]  # the strategy's training step, under the precision's autocast
     batch_start: tuple[Callable[[Any, int], None], ...]
     before_optimizer_step: tuple[Callable[[torch.optim.Optimizer], None], ...]
@@ -191,16 +195,21 @@ class _StepCalls:
 def _step_calls(trainer: Trainer, module: Module) -> _StepCalls:
     from trainer.callbacks.base import Callback
     from trainer.module import Module
+    from trainer.precision import Precision
 
     def hooks(name: str) -> tuple[Callable[..., None], ...]:
         own = (getattr(module, name),) if overrides(module, name, Module) else ()
         bound = (functools.partial(getattr(cb, name), trainer, module) for cb in trainer.callbacks)
         return own + tuple(hook for hook, cb in zip(bound, trainer.callbacks) if overrides(cb, name, Callback))
 
+    precision = trainer.precision
+    # Unscaling comes first, so the hooks and clipping see the true gradients.
+    unscale = (precision.unscale_,) if overrides(precision, "unscale_", Precision) else ()
     return _StepCalls(
-        forward=trainer.precision.autocast(trainer.strategy.step_function("training")),
+        to_device=trainer.strategy.batch_mover(),
+        forward=precision.autocast(trainer.strategy.step_function("training")),
         batch_start=hooks("on_train_batch_start"),
-        before_optimizer_step=hooks("on_before_optimizer_step"),
+        before_optimizer_step=unscale + hooks("on_before_optimizer_step"),
         batch_end=hooks("on_train_batch_end"),
     )
 
@@ -227,7 +236,8 @@ def _resumed_iterator(trainer: Trainer, loader: DataLoader[Any], skip: int) -> I
 
 
 def _train_batch(trainer: Trainer, calls: _StepCalls, results: Results, batch: Any, batch_idx: int) -> None:
-    batch = trainer.strategy.batch_to_device(batch)
+    if calls.to_device is not None:
+        batch = calls.to_device(batch)
     results.batch = batch
     for hook in calls.batch_start:
         hook(batch, batch_idx)
@@ -348,8 +358,7 @@ def check_nonfinite(trainer: Trainer) -> None:
 def _optimizer_step(trainer: Trainer, calls: _StepCalls) -> None:
     precision = trainer.precision
     for optimizer in trainer.optimizers:
-        precision.unscale_(optimizer)  # hooks and clipping see the true gradients
-        for hook in calls.before_optimizer_step:
+        for hook in calls.before_optimizer_step:  # the precision's unscale_ first, when it has one
             hook(optimizer)
         if trainer.gradient_clip_val is not None:
             _clip(trainer, optimizer)

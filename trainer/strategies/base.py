@@ -104,6 +104,11 @@ class Strategy(ABC):
 
         return move_to_device(batch, self.root_device)
 
+    def batch_mover(self) -> Callable[[Any], Any] | None:
+        """What the loops apply to each batch, looked up once per epoch: ``batch_to_device``, or
+        None on CPU, where DataLoaders already hand out the batches, so a step pays nothing."""
+        return None if self.root_device.type == "cpu" else self.batch_to_device
+
     def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
         """What the loops call per batch of ``stage``, looked up once per epoch.
 

@@ -186,11 +186,6 @@ class DDPStrategy(Strategy):
         supervise.on_rank_exception(exception)
 
     # ---- the step ------------------------------------------------------------------------
-    def batch_to_device(self, batch: Any) -> Any:
-        if self.accelerator == "cpu":
-            return batch
-        return super().batch_to_device(batch)
-
     def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
         if stage != "training":
             return super().step_function(stage)

@@ -44,9 +44,3 @@ class SingleDeviceStrategy(Strategy):
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         return obj
-
-    def batch_to_device(self, batch: Any) -> Any:
-        # DataLoaders hand out CPU tensors: on CPU there is nothing to move, so skip the walk.
-        if self._device.type == "cpu":
-            return batch
-        return super().batch_to_device(batch)
