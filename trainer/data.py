@@ -3,6 +3,9 @@
 Loaders are rebuilt as plain ``DataLoader`` objects from their public settings (never by patching
 ``__init__``); a DataLoader subclass therefore loses its own extra behaviour when it is resharded.
 One process always gets the user's loader back untouched, so a run matches a hand-written loop.
+Any other iterable of batches (a list, a custom class) is used as it is: it has no sampler to
+shard or skip by index, so several ranks need it sharded by the user, and a resume reads past
+its finished batches.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import inspect
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -155,6 +158,22 @@ class _ResumeLoader(DataLoader):
         return it
 
 
+class _SkipIterable(Iterable[Any]):
+    """A plain iterable minus its first ``skip`` batches, read and dropped inside ``iter()``."""
+
+    def __init__(self, source: Iterable[Any], skip: int) -> None:
+        self.source, self.skip = source, skip
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.source)
+        # Eagerly, not lazily: the skipped batches' RNG draws must precede the checkpoint RNG restore.
+        collections.deque(itertools.islice(it, self.skip), maxlen=0)
+        return it
+
+    def set_epoch(self, epoch: int) -> None:
+        _call_set_epoch([self.source], epoch)
+
+
 # ---- rebuilding loaders -------------------------------------------------------------------------
 def _sized(obj: object) -> Sized:
     if not isinstance(obj, Sized):
@@ -217,10 +236,38 @@ def _needs_shard(loader: DataLoader, sampler: Iterable[Any], num_replicas: int) 
 
 
 # ---- public API ---------------------------------------------------------------------------------
+def check_shardable(loader: Iterable[Any], num_replicas: int, use_distributed_sampler: bool, what: str) -> None:
+    """Refuse a plain iterable on several ranks unless the user says it is already sharded.
+
+    Only a DataLoader has a sampler the Trainer can split; any other iterable would give every
+    rank the same batches, silently training on duplicates and counting metrics several times.
+    """
+    if num_replicas > 1 and use_distributed_sampler and not isinstance(loader, DataLoader):
+        raise ValueError(
+            f"the {what} loader ({type(loader).__name__}) is not a DataLoader, so the Trainer cannot shard it "
+            f"across {num_replicas} ranks; pass a DataLoader (the Trainer then gives each rank its share with a "
+            "distributed sampler), or give each rank its own share yourself and pass use_distributed_sampler=False"
+        )
+
+
+@overload
 def prepare_train_loader(
-    loader: DataLoader, num_replicas: int, rank: int, seed: int = 0, use_distributed_sampler: bool = True
-) -> DataLoader:
-    """Shard a training loader across ranks; one rank (or opting out) keeps the user's loader."""
+    loader: DataLoader, num_replicas: int, rank: int, seed: int = ..., use_distributed_sampler: bool = ...
+) -> DataLoader: ...
+@overload
+def prepare_train_loader(
+    loader: Iterable[Any], num_replicas: int, rank: int, seed: int = ..., use_distributed_sampler: bool = ...
+) -> Iterable[Any]: ...
+def prepare_train_loader(
+    loader: Iterable[Any], num_replicas: int, rank: int, seed: int = 0, use_distributed_sampler: bool = True
+) -> Iterable[Any]:
+    """Shard a training loader across ranks; one rank (or opting out) keeps the user's loader.
+
+    A plain iterable is always kept as it is, and refused on several ranks unless opted out.
+    """
+    if not isinstance(loader, DataLoader):
+        check_shardable(loader, num_replicas, use_distributed_sampler, "training")
+        return loader
     sampler, batch_size, drop_last = _batching(loader)
     if not use_distributed_sampler or not _needs_shard(loader, sampler, num_replicas):
         return loader
@@ -244,8 +291,25 @@ def _draw_seed() -> int:
     return int(torch.empty((), dtype=torch.int64).random_(2**62).item())
 
 
-def prepare_eval_loader(loader: DataLoader, num_replicas: int, rank: int) -> DataLoader:
-    """Shard an eval loader without padding, so metrics count every sample exactly once."""
+@overload
+def prepare_eval_loader(
+    loader: DataLoader, num_replicas: int, rank: int, use_distributed_sampler: bool = ...
+) -> DataLoader: ...
+@overload
+def prepare_eval_loader(
+    loader: Iterable[Any], num_replicas: int, rank: int, use_distributed_sampler: bool = ...
+) -> Iterable[Any]: ...
+def prepare_eval_loader(
+    loader: Iterable[Any], num_replicas: int, rank: int, use_distributed_sampler: bool = True
+) -> Iterable[Any]:
+    """Shard an eval loader without padding, so metrics count every sample exactly once.
+
+    A DataLoader is always sharded (exact metrics need it). ``use_distributed_sampler`` only
+    matters for a plain iterable, which cannot be: False says each rank was given its own share.
+    """
+    if not isinstance(loader, DataLoader):
+        check_shardable(loader, num_replicas, use_distributed_sampler, "evaluation")
+        return loader
     sampler, batch_size, drop_last = _batching(loader)
     if not _needs_shard(loader, sampler, num_replicas):
         return loader
@@ -268,8 +332,14 @@ def _call_set_epoch(objects: Iterable[object], epoch: int) -> None:
             obj.set_epoch(epoch)  # type: ignore[attr-defined]
 
 
-def set_epoch(loader: DataLoader, epoch: int) -> None:
-    """Tell the sampler and batch sampler the epoch, so distributed shuffles change per epoch."""
+def set_epoch(loader: Iterable[Any], epoch: int) -> None:
+    """Tell the sampler and batch sampler the epoch, so distributed shuffles change per epoch.
+
+    A plain iterable is told itself, when it has a ``set_epoch``.
+    """
+    if not isinstance(loader, DataLoader):
+        _call_set_epoch([loader], epoch)
+        return
     bs = loader.batch_sampler
     _call_set_epoch([loader.sampler, bs, getattr(bs, "sampler", None)], epoch)
 
@@ -282,19 +352,25 @@ def _sampler_generator(loader: DataLoader) -> torch.Generator | None:
     return gen if isinstance(gen, torch.Generator) else None
 
 
-def capture_epoch_rng(loader: DataLoader) -> dict[str, torch.Tensor]:
+def _epoch_generators(loader: Iterable[Any]) -> dict[str, torch.Generator | None]:
+    """The generators, besides the global RNG, that order an epoch: a plain iterable has none we know of."""
+    if not isinstance(loader, DataLoader):
+        return {"loader_generator": None, "sampler_generator": None}
+    return {"loader_generator": loader.generator, "sampler_generator": _sampler_generator(loader)}
+
+
+def capture_epoch_rng(loader: Iterable[Any]) -> dict[str, torch.Tensor]:
     """Snapshot, before ``iter(loader)``, every RNG that decides the epoch's order and worker seeds."""
     state = {"global": torch.get_rng_state()}
-    if loader.generator is not None:
-        state["loader_generator"] = loader.generator.get_state()
-    if (gen := _sampler_generator(loader)) is not None:
-        state["sampler_generator"] = gen.get_state()
+    for key, gen in _epoch_generators(loader).items():
+        if gen is not None:
+            state[key] = gen.get_state()
     return state
 
 
-def restore_epoch_rng(loader: DataLoader, state: dict[str, torch.Tensor]) -> None:
+def restore_epoch_rng(loader: Iterable[Any], state: dict[str, torch.Tensor]) -> None:
     """Put back what :func:`capture_epoch_rng` saved; a missing generator on either side is an error."""
-    gens = {"loader_generator": loader.generator, "sampler_generator": _sampler_generator(loader)}
+    gens = _epoch_generators(loader)
     for key, gen in gens.items():
         if (key in state) != (gen is not None):
             raise ValueError(f"saved epoch RNG and loader disagree on {key!r}: was the loader rebuilt differently?")
@@ -304,14 +380,19 @@ def restore_epoch_rng(loader: DataLoader, state: dict[str, torch.Tensor]) -> Non
             gen.set_state(state[key])
 
 
-def skip_batches(loader: DataLoader, num_batches: int) -> DataLoader:
-    """Same loader minus its first ``num_batches`` batches, skipped as index lists (no data loaded).
+def skip_batches(loader: Iterable[Any], num_batches: int) -> Iterable[Any]:
+    """Same loader minus its first ``num_batches`` batches; a DataLoader skips index lists (no data loaded).
 
     ``iter()`` of the result makes the same RNG draws, in the same order, as ``iter()`` followed by
     the first ``next()`` of the original: the DataLoader's base_seed, then the sampler's own seed.
+    A plain iterable has no indices: its first batches are read and discarded (``itertools.islice``)
+    inside ``iter()``, which resumes exactly only when it yields the same batches each time it is
+    iterated with the same global RNG (the only RNG the Trainer restores for it).
     """
     if num_batches < 0:
         raise ValueError(f"num_batches must be >= 0, got {num_batches}")
+    if not isinstance(loader, DataLoader):
+        return _SkipIterable(loader, num_batches)
     if isinstance(loader.dataset, IterableDataset):
         raise ValueError("cannot skip batches of an IterableDataset without reading them; make it resumable")
     if loader.batch_sampler is None:  # batch_size=None: the sampler yields whole items

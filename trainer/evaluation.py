@@ -73,7 +73,8 @@ def run_evaluation(
     with prepare_run(trainer, module, stage) as run:
         eval_loaders, _ = resolve_loaders(trainer, module, stage, loaders, None, datamodule)
         run.restore(ckpt_path, weights_only=True)
-        prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in eval_loaders]
+        flag = trainer.use_distributed_sampler
+        prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in eval_loaders]
         metrics = evaluate(trainer, stage, prepared, trainer.limits[stage])
     return [metrics]
 
@@ -85,9 +86,10 @@ def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: A
     with prepare_run(trainer, module, "predict") as run:
         pred_loaders, _ = resolve_loaders(trainer, module, "predict", loaders, None, datamodule)
         run.restore(ckpt_path, weights_only=True)
+        flag = trainer.use_distributed_sampler
         module.eval()
         for loader in pred_loaders:
-            prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank)
+            prepared = data.prepare_eval_loader(loader, trainer.world_size, trainer.global_rank, flag)
             total = data.num_batches(prepared, trainer.limits["predict"])
             step = trainer.precision.autocast(trainer.strategy.step_function("predict"))
             to_device = trainer.strategy.batch_mover()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +25,6 @@ from trainer.run import (
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
 if TYPE_CHECKING:
-    from torch.utils.data import DataLoader
-
     from trainer.module import Module
     from trainer.trainer import Trainer
 
@@ -49,7 +47,8 @@ def run_fit(trainer: Trainer, module: Module, train: Any, val: Any, datamodule: 
             trainer.use_distributed_sampler,
         )
         trainer.val_dataloaders = [
-            data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank) for v in val_loaders
+            data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, trainer.use_distributed_sampler)
+            for v in val_loaders
         ]
         trainer.num_training_batches = data.num_batches(trainer.train_dataloader, trainer.limits["train"])
         if trainer.num_training_batches == 0:
@@ -146,7 +145,7 @@ def _end_epoch(trainer: Trainer, completed: bool) -> None:
     trainer.epoch_finished = False
 
 
-def train_epoch(trainer: Trainer, loader: DataLoader[Any], skip: int) -> bool:
+def train_epoch(trainer: Trainer, loader: Iterable[Any], skip: int) -> bool:
     """Train one epoch from batch ``skip`` (> 0 only when resuming mid-epoch).
 
     Returns whether the epoch ran to its end (False when a stop came mid-epoch).
@@ -228,7 +227,7 @@ def _resume_rng_now(trainer: Trainer) -> None:
         trainer.resume_rng = None
 
 
-def _resumed_iterator(trainer: Trainer, loader: DataLoader[Any], skip: int) -> Iterator[Any]:
+def _resumed_iterator(trainer: Trainer, loader: Iterable[Any], skip: int) -> Iterator[Any]:
     """Skip finished batches at the index level, then continue the checkpoint's RNG stream."""
     iterator = start_iterator(data.skip_batches(loader, skip))
     _resume_rng_now(trainer)

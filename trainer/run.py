@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader, Dataset
+
+from trainer import data
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -104,24 +107,59 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
 
 
 # ---- data --------------------------------------------------------------------------------
-def _as_list(loaders: Any) -> list[Any]:
+def _is_batch(obj: Any) -> bool:
+    """A tensor, a dict or a tuple of tensors: what a loader yields, never a loader itself."""
+    if isinstance(obj, torch.Tensor | Mapping):
+        return True
+    return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, torch.Tensor) for x in obj)
+
+
+def _as_list(loaders: Any, what: str) -> list[Any]:
+    """One loader, or several in a list or tuple.
+
+    A list of batches would be read as several loaders, each iterated row by row (or key by
+    key): refused, as a silent wrong answer is worse than an error.
+    """
     if loaders is None:
         return []
-    return list(loaders) if isinstance(loaders, Sequence) else [loaders]
+    if not isinstance(loaders, Sequence) or isinstance(loaders, str):
+        return [loaders]
+    for i, item in enumerate(loaders):
+        if _is_batch(item):
+            raise TypeError(
+                f"the {what} loaders ({type(loaders).__name__}) hold a {type(item).__name__} at index {i}, which is "
+                "a batch, but a list means several loaders. Pass [batches] for one loader of these batches, "
+                "or a DataLoader."
+            )
+    return list(loaders)
+
+
+def _check_loader(loader: Any, what: str) -> None:
+    """Refuse, naming its type, what is not an iterable of batches, before any work is done."""
+    name = type(loader).__name__
+    if isinstance(loader, Dataset):
+        problem, fix = "a Dataset, which yields samples, not batches", "wrap it in DataLoader(dataset, batch_size=...)"
+    elif isinstance(loader, torch.Tensor | Mapping):
+        problem, fix = "one batch (iterating it gives rows or keys)", "pass [batch], a list of batches or a DataLoader"
+    elif isinstance(loader, str | bytes) or not isinstance(loader, Iterable):
+        problem, fix = "not an iterable of batches", "pass a DataLoader, a list of batches or another iterable of them"
+    else:
+        return
+    raise TypeError(f"the {what} loader ({name}) is {problem}; {fix}.")
 
 
 def _is_datamodule(obj: Any) -> bool:
     return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
 
 
-def _check_not_empty(loader: Any, what: str) -> None:
-    if hasattr(loader, "__len__"):
-        try:
-            size = len(loader)
-        except TypeError:
-            return
-        if size == 0:
+def _check_usable(trainer: Trainer, loader: Any, what: str) -> None:
+    """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
+    _check_loader(loader, what)
+    data.check_shardable(loader, trainer.world_size, trainer.use_distributed_sampler, what)
+    if data.has_len(loader) and len(loader) == 0:
+        if isinstance(loader, DataLoader):
             raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
+        raise ValueError(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
 
 
 def resolve_loaders(
@@ -148,16 +186,16 @@ def resolve_loaders(
             raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
         if val is None and callable(getattr(source, "val_dataloader", None)):
             val = source.val_dataloader()
-        _check_not_empty(primary, "training")
-        vals = _as_list(val)
+        _check_usable(trainer, primary, "training")
+        vals = _as_list(val, "validation")
         for v in vals:
-            _check_not_empty(v, "validation")
+            _check_usable(trainer, v, "validation")
         return primary, vals
-    loaders = _as_list(primary)
+    loaders = _as_list(primary, stage)
     if not loaders:
         raise ValueError(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
     for loader in loaders:
-        _check_not_empty(loader, stage)
+        _check_usable(trainer, loader, stage)
     return loaders, []
 
 

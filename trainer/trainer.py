@@ -168,8 +168,8 @@ class Trainer:
         self.optimizers: list[torch.optim.Optimizer] = []
         self.lr_schedulers: list[SchedulerConfig] = []
         self.module: Module | None = None
-        self.train_dataloader: DataLoader[Any] | None = None
-        self.val_dataloaders: list[DataLoader[Any]] = []
+        self.train_dataloader: Iterable[Any] | None = None  # a DataLoader, or the iterable given to fit()
+        self.val_dataloaders: list[Iterable[Any]] = []
         self.num_training_batches: int | float = math.inf
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
         self.signal_received: str | None = None
@@ -266,12 +266,16 @@ class Trainer:
     def fit(
         self,
         module: Module,
-        train_dataloaders: DataLoader[Any] | DataModule | None = None,
-        val_dataloaders: DataLoader[Any] | Sequence[DataLoader[Any]] | None = None,
+        train_dataloaders: DataLoader[Any] | Iterable[Any] | DataModule | None = None,
+        val_dataloaders: DataLoader[Any] | Iterable[Any] | Sequence[Iterable[Any]] | None = None,
         datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        """Train ``module``; ``ckpt_path`` resumes exactly ("last" = newest complete checkpoint)."""
+        """Train ``module``; ``ckpt_path`` resumes exactly ("last" = newest complete checkpoint).
+
+        Loaders are DataLoaders or any other iterable of batches (one rank, or sharded by you);
+        a list of val loaders means several loaders, not a list of batches.
+        """
         from trainer.loops import run_fit
 
         run_fit(self, module, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
