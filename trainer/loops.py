@@ -172,9 +172,7 @@ def train_epoch(trainer: Trainer, loader: Iterable[Any], skip: int) -> bool:
         if stop:
             trainer.signal_received = trainer.signal_received or "SIGTERM"
             return False
-        if 0 <= trainer.max_steps <= trainer.global_step:
-            trainer.should_stop = True
-        if trainer.should_stop:
+        if trainer.should_stop:  # set by max_steps (in _optimizer_step), a callback or the module
             return batch_idx + 1 >= limit
     return True
 
@@ -366,6 +364,8 @@ def _optimizer_step(trainer: Trainer, calls: _StepCalls) -> None:
     for optimizer in trainer.optimizers:
         optimizer.zero_grad(set_to_none=True)
     trainer.global_step += 1
+    if trainer.global_step == trainer.max_steps:
+        trainer.should_stop = True
     if stepped:
         for config in trainer.lr_schedulers:
             if config.interval == "step" and trainer.global_step % config.frequency == 0:
