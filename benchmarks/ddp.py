@@ -10,11 +10,14 @@ per rank. Runs alternate; medians are compared. Target: ratio <= 1.05
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from interleave import interleaved
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
@@ -48,10 +51,8 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 512])
     args = parser.parse_args()
     for width in args.widths:
-        raw, ours = [], []
-        for _ in range(args.repeats):
-            raw.append(one_run("raw", width, args.steps))
-            ours.append(one_run("trainer", width, args.steps))
+        run = functools.partial(one_run, width=width, steps=args.steps)
+        raw, ours = interleaved(functools.partial(run, "raw"), functools.partial(run, "trainer"), args.repeats)
         r, o = statistics.median(raw), statistics.median(ours)
         print(
             f"W={width:4d}  raw DDP {r:8.1f} us/step   steadytrain {o:8.1f} us/step   ratio {o / r:.3f}"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from interleave import interleaved
+
 
 def wall(code: str) -> float:
     start = time.perf_counter()
@@ -25,10 +27,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
     wall("import torch, trainer")  # warm the file cache
-    torch_only, with_trainer = [], []
-    for _ in range(args.repeats):
-        torch_only.append(wall("import torch"))
-        with_trainer.append(wall("import torch, trainer"))
+    torch_only, with_trainer = interleaved(
+        lambda: wall("import torch"), lambda: wall("import torch, trainer"), args.repeats
+    )
     base, ours = statistics.median(torch_only), statistics.median(with_trainer)
     print(f"import torch          : {base:.3f} s (median of {args.repeats})")
     print(f"import torch, trainer : {ours:.3f} s")

@@ -15,6 +15,7 @@ import statistics
 import time
 
 import torch
+from interleave import interleaved
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
@@ -81,12 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     raw_loop(200), trainer_loop(200)  # warm-up: allocator, lazy imports
-    raw, ours = [], []
-    for i in range(args.repeats):  # alternate which loop goes first, so neither gains from its slot
-        first, second = (raw_loop, trainer_loop) if i % 2 == 0 else (trainer_loop, raw_loop)
-        times = {first: first(args.steps), second: second(args.steps)}
-        raw.append(times[raw_loop])
-        ours.append(times[trainer_loop])
+    raw, ours = interleaved(lambda: raw_loop(args.steps), lambda: trainer_loop(args.steps), args.repeats)
     raw_s, ours_s = statistics.median(raw), statistics.median(ours)
     print(f"raw PyTorch loop : {raw_s * 1e6:8.1f} us/step (median of {args.repeats}; best {min(raw) * 1e6:.1f})")
     print(f"steadytrain      : {ours_s * 1e6:8.1f} us/step (median of {args.repeats}; best {min(ours) * 1e6:.1f})")

@@ -21,6 +21,8 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from interleave import interleaved
+
 import trainer
 from recipes.carvana import CarvanaDataset, dice_loss, generate_synthetic_carvana, split_dataset
 from recipes.unet_carvana import UNetSegmentation
@@ -87,10 +89,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hand_written(2, args.batch_size), recipe(2, args.batch_size)  # warm-up
-    raw, ours = [], []
-    for _ in range(args.repeats):
-        raw.append(hand_written(args.batches, args.batch_size))
-        ours.append(recipe(args.batches, args.batch_size))
+    raw, ours = interleaved(
+        lambda: hand_written(args.batches, args.batch_size), lambda: recipe(args.batches, args.batch_size), args.repeats
+    )
     r, o = statistics.median(raw), statistics.median(ours)
     print(f"hand-written loop : {r:7.1f} images/s (median of {args.repeats})")
     print(f"recipe (Trainer)  : {o:7.1f} images/s")
