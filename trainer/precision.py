@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
-_NO_CONTEXT = contextlib.nullcontext()  # reusable: saves an allocation per step
 _ALIASES = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed"}
 
 
@@ -23,7 +22,7 @@ class Precision:
     name = "32-true"
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        return _NO_CONTEXT
+        return contextlib.nullcontext()
 
     def autocast(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
         """``step`` run inside ``forward_context``; built once per epoch by the loops.

@@ -11,7 +11,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 # DataLoader settings carried over when a loader is rebuilt (those this torch version accepts).
-SETTINGS = (
+_SETTINGS = (
     "num_workers",
     "collate_fn",
     "pin_memory",
@@ -36,7 +36,7 @@ def sized(obj: object) -> Sized:
 def rebuild_settings(loader: DataLoader) -> dict[str, Any]:
     """The user's DataLoader settings, to build the same loader over another sampler."""
     accepted = inspect.signature(DataLoader.__init__).parameters
-    return {k: getattr(loader, k) for k in SETTINGS if k in accepted and hasattr(loader, k)}
+    return {k: getattr(loader, k) for k in _SETTINGS if k in accepted and hasattr(loader, k)}
 
 
 def call_set_epoch(objects: Iterable[object], epoch: int) -> None:

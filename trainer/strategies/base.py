@@ -17,7 +17,6 @@ from torch import nn
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
 Stage = Literal["training", "validation", "test", "predict"]
-_NO_CONTEXT = contextlib.nullcontext()  # reusable: saves an allocation per step
 
 
 class Strategy(ABC):
@@ -120,7 +119,7 @@ class Strategy(ABC):
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
-        return _NO_CONTEXT
+        return contextlib.nullcontext()
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (collective)."""
