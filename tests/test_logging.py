@@ -160,14 +160,7 @@ def test_logger_false_and_prog_bar(tmp_path: Path) -> None:
             ("both_shown", "idx", dict(on_epoch=True, prog_bar=True)),
         ],
     )
-    fit = trainer.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        log_every_n_steps=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-    )
+    fit = quiet(tmp_path, logger=True, max_epochs=1, log_every_n_steps=1)
     fit.fit(module, loader(ten(), batch_size=4))
     with open(tmp_path / "default" / "version_0" / "metrics.csv", newline="") as f:
         columns = set(csv.DictReader(f).fieldnames or [])
@@ -290,15 +283,7 @@ def test_logging_in_on_train_epoch_end_is_recorded(tmp_path: Path) -> None:
 
 # ---- loggers on disk -----------------------------------------------------------------------------------
 def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path) -> None:
-    fit = trainer.Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        log_every_n_steps=2,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    fit = quiet(tmp_path, logger=True, max_epochs=2, log_every_n_steps=2)
     fit.fit(
         Regressor(features=8, lr=0.01),
         loader(regression_data(32), batch_size=8),
@@ -318,13 +303,7 @@ def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path) -> None:
     hparams = yaml.safe_load((folder / "hparams.yaml").read_text())
     assert hparams == {"features": 8, "lr": 0.01, "dropout": 0.0, "adam": False}
 
-    trainer.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-    ).fit(Regressor(), loader(regression_data(8)))
+    quiet(tmp_path, logger=True, max_epochs=1).fit(Regressor(), loader(regression_data(8)))
     assert (tmp_path / "default" / "version_1" / "hparams.yaml").is_file()
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import trainer
-from tests.models import NoisyDataset, Regressor, assert_bitwise_equal, loader, params, regression_data
+from tests.models import NoisyDataset, Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
 
 
 class ScheduledRegressor(Regressor):
@@ -119,15 +119,7 @@ def test_resume_cost_does_not_grow_with_batches_done(tmp_path: Path) -> None:
         loads.clear()
         torch.manual_seed(0)
         module = ScheduledRegressor(dropout=0.2, lr=0.01)
-        resumed = trainer.Trainer(
-            accelerator="cpu",
-            max_epochs=1,
-            logger=False,
-            enable_progress_bar=False,
-            enable_checkpointing=False,
-            num_sanity_val_steps=0,
-            default_root_dir=tmp_path,
-        )
+        resumed = quiet(tmp_path, max_epochs=1)
         resumed.fit(
             module,
             loader(Counting(), batch_size=8, shuffle=True),
