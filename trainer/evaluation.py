@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import data
+from trainer.data.resolve import resolve_loaders
 from trainer.results import Results
-from trainer.run import call_hook, prepare_run, resolve_loaders, start_iterator
+from trainer.run import call_hook, prepare_run
 from trainer.seed import rng_state, set_rng_state
+from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -71,7 +73,9 @@ def run_evaluation(
         raise AttributeError(f"{type(module).__name__} has no {stage}_step(); define it to run {stage}.")
     trainer.stage = stage
     with prepare_run(trainer, module, stage) as run:
-        eval_loaders, _ = resolve_loaders(trainer, module, stage, loaders, None, datamodule)
+        eval_loaders, _ = resolve_loaders(
+            trainer.strategy, trainer.use_distributed_sampler, module, stage, loaders, None, datamodule
+        )
         run.restore(ckpt_path, weights_only=True)
         flag = trainer.use_distributed_sampler
         prepared = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in eval_loaders]
@@ -84,7 +88,9 @@ def run_prediction(trainer: Trainer, module: Module, loaders: Any, datamodule: A
     trainer.stage = "predict"
     outputs: list[Any] = []
     with prepare_run(trainer, module, "predict") as run:
-        pred_loaders, _ = resolve_loaders(trainer, module, "predict", loaders, None, datamodule)
+        pred_loaders, _ = resolve_loaders(
+            trainer.strategy, trainer.use_distributed_sampler, module, "predict", loaders, None, datamodule
+        )
         run.restore(ckpt_path, weights_only=True)
         flag = trainer.use_distributed_sampler
         module.eval()

@@ -11,16 +11,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import data
+from trainer.data.resolve import resolve_loaders
 from trainer.evaluation import evaluate
 from trainer.results import Results
-from trainer.run import (
-    call_hook,
-    log_step_metrics,
-    prepare_run,
-    resolve_loaders,
-    signals_to_flags,
-    start_iterator,
-)
+from trainer.run import call_hook, log_step_metrics, prepare_run
+from trainer.signals import catch_stop_signals, start_iterator
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
@@ -36,7 +31,9 @@ def run_fit(trainer: Trainer, module: Module, train: Any, val: Any, datamodule: 
     with prepare_run(trainer, module, "fit") as run:
         from trainer.optim import parse_optimizers
 
-        train_loader, val_loaders = resolve_loaders(trainer, module, "fit", train, val, datamodule)
+        train_loader, val_loaders = resolve_loaders(
+            trainer.strategy, trainer.use_distributed_sampler, module, "fit", train, val, datamodule
+        )
 
         trainer.optimizers, trainer.lr_schedulers = parse_optimizers(module.configure_optimizers())
         trainer.train_dataloader = data.prepare_train_loader(
@@ -57,11 +54,23 @@ def run_fit(trainer: Trainer, module: Module, train: Any, val: Any, datamodule: 
         call_hook(trainer, "on_fit_start")
         if not run.resumed:
             _sanity_check(trainer)
-        with signals_to_flags(trainer):
+        with catch_stop_signals(_stop_signal_names(trainer), functools.partial(_on_stop_signal, trainer)):
             _fit_epochs(trainer)
         if trainer.signal_received is not None:
             _save_and_exit(trainer)
         call_hook(trainer, "on_fit_end")
+
+
+def _stop_signal_names(trainer: Trainer) -> list[str]:
+    return ["SIGTERM", "SIGINT"] + ([trainer.requeue_signal] if trainer.requeue_signal else [])
+
+
+def _on_stop_signal(trainer: Trainer, name: str) -> None:
+    """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
+    A second Ctrl-C raises KeyboardInterrupt at once."""
+    if name == "SIGINT" and trainer.signal_received == "SIGINT":
+        raise KeyboardInterrupt
+    trainer.signal_received = name
 
 
 def _save_and_exit(trainer: Trainer) -> None:

@@ -1,17 +1,12 @@
-"""What every stage shares: set-up and teardown around a run, hooks, logger writes, signals."""
+"""What every stage shares: set-up and teardown around a run, hooks, logger writes."""
 
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
-
-from trainer import data
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -106,99 +101,6 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
         strategy.teardown()
 
 
-# ---- data --------------------------------------------------------------------------------
-def _is_batch(obj: Any) -> bool:
-    """A tensor, a dict or a tuple of tensors: what a loader yields, never a loader itself."""
-    if isinstance(obj, torch.Tensor | Mapping):
-        return True
-    return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, torch.Tensor) for x in obj)
-
-
-def _as_list(loaders: Any, what: str) -> list[Any]:
-    """One loader, or several in a list or tuple.
-
-    A list of batches would be read as several loaders, each iterated row by row (or key by
-    key): refused, as a silent wrong answer is worse than an error.
-    """
-    if loaders is None:
-        return []
-    if not isinstance(loaders, Sequence) or isinstance(loaders, str):
-        return [loaders]
-    for i, item in enumerate(loaders):
-        if _is_batch(item):
-            raise TypeError(
-                f"the {what} loaders ({type(loaders).__name__}) hold a {type(item).__name__} at index {i}, which is "
-                "a batch, but a list means several loaders. Pass [batches] for one loader of these batches, "
-                "or a DataLoader."
-            )
-    return list(loaders)
-
-
-def _check_loader(loader: Any, what: str) -> None:
-    """Refuse, naming its type, what is not an iterable of batches, before any work is done."""
-    name = type(loader).__name__
-    if isinstance(loader, Dataset):
-        problem, fix = "a Dataset, which yields samples, not batches", "wrap it in DataLoader(dataset, batch_size=...)"
-    elif isinstance(loader, torch.Tensor | Mapping):
-        problem, fix = "one batch (iterating it gives rows or keys)", "pass [batch], a list of batches or a DataLoader"
-    elif isinstance(loader, str | bytes) or not isinstance(loader, Iterable):
-        problem, fix = "not an iterable of batches", "pass a DataLoader, a list of batches or another iterable of them"
-    else:
-        return
-    raise TypeError(f"the {what} loader ({name}) is {problem}; {fix}.")
-
-
-def _is_datamodule(obj: Any) -> bool:
-    return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
-
-
-def _check_usable(trainer: Trainer, loader: Any, what: str) -> None:
-    """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
-    _check_loader(loader, what)
-    data.check_shardable(loader, trainer.world_size, trainer.use_distributed_sampler, what)
-    if data.has_len(loader) and len(loader) == 0:
-        if isinstance(loader, DataLoader):
-            raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
-        raise ValueError(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
-
-
-def resolve_loaders(
-    trainer: Trainer, module: Module, stage: str, primary: Any, val: Any, datamodule: Any
-) -> tuple[Any, list[Any]]:
-    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
-
-    A DataModule's ``prepare_data`` (downloads, generation) runs on global rank zero while the
-    other ranks wait; then ``setup(stage)`` runs on every rank.
-    """
-    if _is_datamodule(primary):
-        datamodule, primary = primary, None
-    source: Any = datamodule if datamodule is not None else module
-    if datamodule is not None:
-        if trainer.is_global_zero and callable(getattr(datamodule, "prepare_data", None)):
-            datamodule.prepare_data()
-        trainer.strategy.barrier()
-        datamodule.setup(stage)
-    name = {"fit": "train", "validation": "val"}.get(stage, stage)
-    if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
-        primary = getattr(source, f"{name}_dataloader")()
-    if stage == "fit":
-        if primary is None:
-            raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
-        if val is None and callable(getattr(source, "val_dataloader", None)):
-            val = source.val_dataloader()
-        _check_usable(trainer, primary, "training")
-        vals = _as_list(val, "validation")
-        for v in vals:
-            _check_usable(trainer, v, "validation")
-        return primary, vals
-    loaders = _as_list(primary, stage)
-    if not loaders:
-        raise ValueError(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
-    for loader in loaders:
-        _check_usable(trainer, loader, stage)
-    return loaders, []
-
-
 # ---- logging -----------------------------------------------------------------------------
 def _to_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
@@ -234,53 +136,3 @@ def log_epoch_metrics(trainer: Trainer, results: Results, stage: str) -> dict[st
         for lg in trainer.loggers:
             lg.log_metrics(logged, trainer.global_step)
     return floats
-
-
-# ---- signals -----------------------------------------------------------------------------
-_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
-
-
-def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
-    """``iter(loader)`` with the stop signals blocked while DataLoader workers are forked.
-
-    Workers inherit the mask, so a SIGTERM sent to the whole process group (SLURM at a time
-    limit, Ctrl-C, ``timeout``) cannot kill them mid-epoch: the main process finishes its step
-    and saves, then shuts its workers down itself.
-    """
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        return iter(loader)
-    blocked = {getattr(signal, name) for name in _STOP_SIGNALS if hasattr(signal, name)}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    try:
-        return iter(loader)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextlib.contextmanager
-def signals_to_flags(trainer: Trainer) -> Iterator[None]:
-    """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
-
-    A second Ctrl-C raises KeyboardInterrupt at once.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    names = ["SIGTERM", "SIGINT"] + ([trainer.requeue_signal] if trainer.requeue_signal else [])
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if name == "SIGINT" and trainer.signal_received == "SIGINT":
-            raise KeyboardInterrupt
-        trainer.signal_received = name
-
-    for name in names:
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

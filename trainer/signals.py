@@ -1,0 +1,110 @@
+"""Stop signals: the main process turns them into a flag; DataLoader workers leave them to it.
+
+A job is stopped from outside by SIGTERM (SLURM, Kubernetes, ``timeout``), SIGINT (Ctrl-C) or a
+requeue signal (SIGUSR1). These reach every process of the job, DataLoader workers included. The
+main process records the signal, finishes its step and saves (``catch_stop_signals``). A worker
+must neither die from such a signal (the main process would fail fetching its next batch instead
+of saving) nor ignore its own parent, which ends it with SIGTERM at shutdown: a worker that
+ignores that one hangs the parent's exit forever. So each worker blocks the stop signals and a
+small thread takes them: SIGTERM from its parent ends the worker at once, anything else is left
+to the main process (``worker_init``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+
+
+def _signal_set(names: Iterable[str]) -> set[signal.Signals]:
+    return {getattr(signal, name) for name in names if hasattr(signal, name)}
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+# ---- the main process --------------------------------------------------------------------------
+@contextlib.contextmanager
+def catch_stop_signals(names: Iterable[str], on_signal: Callable[[str], None]) -> Iterator[None]:
+    """While inside, each signal in ``names`` calls ``on_signal(name)`` instead of ending the process.
+
+    ``on_signal`` may raise (e.g. KeyboardInterrupt on a second Ctrl-C). Outside the main thread
+    Python cannot install handlers, so nothing changes there.
+    """
+    if not _in_main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        on_signal(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in _signal_set(names)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
+    """``iter(loader)``; DataLoader workers it starts leave stop signals to the main process.
+
+    The stop signals are blocked in this thread while the workers are forked, so one that arrives
+    meanwhile is neither lost here (it is delivered when the mask is restored) nor run by a
+    half-started worker (a fork starts with no pending signal and this mask, which
+    ``worker_init`` takes over).
+    """
+    if getattr(loader, "num_workers", 0) == 0 or not hasattr(signal, "pthread_sigmask"):
+        return iter(loader)
+    user_init = getattr(loader, "worker_init_fn", None)
+    loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        loader.worker_init_fn = user_init  # type: ignore[attr-defined]
+
+
+# ---- a DataLoader worker -------------------------------------------------------------------------
+class WorkerInit:
+    """``worker_init_fn`` that sets up a worker's stop signals, then runs the user's own init.
+
+    A class, not a closure, so it pickles for the spawn and forkserver start methods.
+    """
+
+    def __init__(self, user_init: Callable[[int], None] | None) -> None:
+        self.user_init = user_init
+        self.main_pid = os.getpid()  # a forkserver worker's parent is the server, not this process
+
+    def __call__(self, worker_id: int) -> None:
+        leave_stop_signals_to_parent(self.main_pid)
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+def leave_stop_signals_to_parent(main_pid: int) -> None:
+    """In a worker: block the stop signals and let a thread take them as they come.
+
+    SIGTERM sent by ``main_pid`` (multiprocessing's shutdown) ends the worker with status 0, which
+    the parent's DataLoader does not report as a failure. Every other stop signal is dropped: the
+    main process got it too and decides. If the parent dies, PyTorch's worker watchdog ends the
+    worker.
+    """
+    wanted = _signal_set(STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)  # this thread, and the threads it starts later
+
+    def take() -> None:
+        while True:
+            info = signal.sigwaitinfo(wanted)
+            if info.si_signo == signal.SIGTERM and info.si_pid in (main_pid, os.getpid()):
+                os._exit(0)
+
+    threading.Thread(target=take, name="steadytrain-worker-signals", daemon=True).start()
