@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import trainer
+from tests.helpers import REPO_ROOT, run_python
 from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
 from trainer.data import (
     capture_epoch_rng,
@@ -23,6 +25,7 @@ from trainer.data import (
 )
 
 Batch = list[torch.Tensor]
+DDP_SCRIPT = REPO_ROOT / "tests" / "scripts" / "iterables_ddp.py"
 
 
 def batches(n: int = 48, batch_size: int = 8, seed: int = 0) -> list[Batch]:
@@ -222,17 +225,29 @@ def test_several_ranks_refuse_an_iterable_unless_sharded_by_the_user(prepare: An
     assert prepare(dl, 2, 1) is not dl  # a DataLoader is still sharded
 
 
-def test_several_ranks_fail_before_any_work_and_opting_out_runs(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(trainer.Trainer, "world_size", property(lambda self: 2))  # as rank 0 of 2
-    module = Evaluated()
-    with pytest.raises(ValueError, match=r"training loader \(Stream\) is not a DataLoader.*across 2 ranks"):
-        quiet(tmp_path).fit(module, Stream(batches(16)))
-    with pytest.raises(ValueError, match=r"validation loader \(list\) is not a DataLoader.*across 2 ranks"):
-        quiet(tmp_path).fit(module, loader(regression_data(16)), [batches(16)])
-    with pytest.raises(ValueError, match=r"predict loader \(list\) is not a DataLoader.*across 2 ranks"):
-        quiet(tmp_path).predict(module, [loader(regression_data(8)), batches(8)])
-    opted_out = quiet(tmp_path, use_distributed_sampler=False)
-    assert len(opted_out.predict(module, Stream(batches(16)))) == 2  # this rank's share, as given
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "what"),
+    [
+        ("train", r"training loader \(Stream\)"),
+        ("val", r"validation loader \(list\)"),
+        ("predict", r"predict loader \(list\)"),
+    ],
+)
+def test_two_real_ranks_refuse_an_unsharded_iterable_before_any_work(tmp_path: Path, mode: str, what: str) -> None:
+    done = run_python([str(DDP_SCRIPT), str(tmp_path), mode], timeout=120)
+    assert done.returncode != 0, done.output
+    assert re.search(rf"ValueError: the {what} is not a DataLoader.*across 2 ranks", done.output), done.output
+    assert "finished" not in done.output
+
+
+@pytest.mark.slow
+def test_two_real_ranks_opted_out_each_predict_the_iterable_they_were_given(tmp_path: Path) -> None:
+    done = run_python([str(DDP_SCRIPT), str(tmp_path), "opted-out"], timeout=120)
+    assert done.returncode == 0, done.output
+    for rank in (0, 1):
+        predicted = torch.load(tmp_path / f"predicted-rank{rank}.pt", weights_only=True)
+        assert len(predicted) == 2  # this rank's share is what it was given: both batches, not half
 
 
 # ---- clear errors -------------------------------------------------------------------------------

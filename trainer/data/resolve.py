@@ -1,0 +1,113 @@
+"""Which loaders a stage runs: given ones, a DataModule's or the Module's, checked before any work.
+
+A DataModule's ``prepare_data`` (downloads, generation) runs on global rank zero while the other
+ranks wait; then ``setup(stage)`` runs on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from trainer.data.loaders import has_len
+from trainer.data.sharding import check_shardable
+
+if TYPE_CHECKING:
+    from trainer.strategies.base import Strategy
+
+
+def _is_batch(obj: Any) -> bool:
+    """A tensor, a dict or a tuple of tensors: what a loader yields, never a loader itself."""
+    if isinstance(obj, torch.Tensor | Mapping):
+        return True
+    return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, torch.Tensor) for x in obj)
+
+
+def _as_list(loaders: Any, what: str) -> list[Any]:
+    """One loader, or several in a list or tuple.
+
+    A list of batches would be read as several loaders, each iterated row by row (or key by
+    key): refused, as a silent wrong answer is worse than an error.
+    """
+    if loaders is None:
+        return []
+    if not isinstance(loaders, Sequence) or isinstance(loaders, str):
+        return [loaders]
+    for i, item in enumerate(loaders):
+        if _is_batch(item):
+            raise TypeError(
+                f"the {what} loaders ({type(loaders).__name__}) hold a {type(item).__name__} at index {i}, which is "
+                "a batch, but a list means several loaders. Pass [batches] for one loader of these batches, "
+                "or a DataLoader."
+            )
+    return list(loaders)
+
+
+def _check_loader(loader: Any, what: str) -> None:
+    """Refuse, naming its type, what is not an iterable of batches, before any work is done."""
+    name = type(loader).__name__
+    if isinstance(loader, Dataset):
+        problem, fix = "a Dataset, which yields samples, not batches", "wrap it in DataLoader(dataset, batch_size=...)"
+    elif isinstance(loader, torch.Tensor | Mapping):
+        problem, fix = "one batch (iterating it gives rows or keys)", "pass [batch], a list of batches or a DataLoader"
+    elif isinstance(loader, str | bytes) or not isinstance(loader, Iterable):
+        problem, fix = "not an iterable of batches", "pass a DataLoader, a list of batches or another iterable of them"
+    else:
+        return
+    raise TypeError(f"the {what} loader ({name}) is {problem}; {fix}.")
+
+
+def _is_datamodule(obj: Any) -> bool:
+    return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
+
+
+def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str) -> None:
+    """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
+    _check_loader(loader, what)
+    check_shardable(loader, world_size, use_distributed_sampler, what)
+    if has_len(loader) and len(loader) == 0:
+        if isinstance(loader, DataLoader):
+            raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
+        raise ValueError(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
+
+
+def resolve_loaders(
+    strategy: Strategy,
+    use_distributed_sampler: bool,
+    module: Any,
+    stage: str,
+    primary: Any,
+    val: Any,
+    datamodule: Any,
+) -> tuple[Any, list[Any]]:
+    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages."""
+    if _is_datamodule(primary):
+        datamodule, primary = primary, None
+    source: Any = datamodule if datamodule is not None else module
+    if datamodule is not None:
+        if strategy.is_global_zero and callable(getattr(datamodule, "prepare_data", None)):
+            datamodule.prepare_data()
+        strategy.barrier()
+        datamodule.setup(stage)
+    name = {"fit": "train", "validation": "val"}.get(stage, stage)
+    if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
+        primary = getattr(source, f"{name}_dataloader")()
+    if stage == "fit":
+        if primary is None:
+            raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+        if val is None and callable(getattr(source, "val_dataloader", None)):
+            val = source.val_dataloader()
+        _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")
+        vals = _as_list(val, "validation")
+        for v in vals:
+            _check_usable(v, strategy.world_size, use_distributed_sampler, "validation")
+        return primary, vals
+    loaders = _as_list(primary, stage)
+    if not loaders:
+        raise ValueError(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
+    for loader in loaders:
+        _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
+    return loaders, []
