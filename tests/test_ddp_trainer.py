@@ -87,3 +87,17 @@ def test_ddp_resume_mid_epoch_is_bitwise_equal(tmp_path: Path) -> None:
     for rank in (0, 1):
         assert resumed[rank]["global_step"] == full[rank]["global_step"] == 24
         assert_close(resumed[rank]["params"], full[rank]["params"], atol=0)
+
+
+@pytest.mark.slow
+def test_every_trainer_method_works_after_fit_in_the_same_process(tmp_path: Path) -> None:
+    """validate, test, predict, save_checkpoint and a second fit, after fit, on 2 ranks."""
+    ranks = job(tmp_path, "after-fit")
+    for rank in (0, 1):
+        result = ranks[rank]
+        assert result["validate"][0]["val_seen"] == result["test"][0]["val_seen"] == 101
+        assert result["predicted"] in (50, 51)  # this rank's share of 101 samples
+        assert result["second_fit_steps"] > 0
+    assert ranks[0]["predicted"] + ranks[1]["predicted"] == 101
+    checkpoint = torch.load(tmp_path / "after-fit.ckpt", weights_only=True)
+    assert checkpoint["loop"]["global_step"] == 3 * 4  # 3 epochs of 128 samples at 2 ranks x 16

@@ -62,10 +62,28 @@ class RecordOrder(trainer.Callback):
             self.first[trainer.current_epoch] = batch[0][:, 0].tolist()
 
 
+def after_fit(fit: trainer.Trainer, module: Net, val: DataLoader, out: Path) -> None:
+    """What scripts do after fit, in the same process: validate, test, predict, save, fit again."""
+    module.test_step = module.validation_step  # type: ignore[method-assign]
+    module.predict_step = lambda batch, batch_idx: module.net(batch[0])  # type: ignore[method-assign]
+    result: dict[str, Any] = {
+        "validate": fit.validate(module, val),
+        "test": fit.test(module, val),
+        "predicted": sum(len(p) for p in fit.predict(module, val)),
+    }
+    fit.save_checkpoint(out / "after-fit.ckpt")
+    again = trainer.Trainer(
+        accelerator="cpu", strategy="ddp", devices=2, max_epochs=4, logger=False, enable_progress_bar=False
+    )
+    again.fit(module, val, ckpt_path=out / "after-fit.ckpt")
+    result["second_fit_steps"] = again.global_step
+    torch.save(result, out / f"after-fit-ddp-rank{fit.global_rank}.pt")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
-    parser.add_argument("mode", choices=["parity", "syncbn", "eval", "order", "resume"])
+    parser.add_argument("mode", choices=["parity", "syncbn", "eval", "order", "resume", "after-fit"])
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--resume", default=None)
@@ -73,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(1)
     trainer.seed_everything(0)
     ddp = args.strategy == "ddp"
-    per_rank = {"parity": 32, "syncbn": 4, "eval": 16, "order": 8, "resume": 8}[args.mode]
+    per_rank = {"parity": 32, "syncbn": 4, "eval": 16, "order": 8, "resume": 8, "after-fit": 16}[args.mode]
     batch = per_rank if ddp else per_rank * 2
     strategy: Any = DDPStrategy(sync_batchnorm=True) if ddp and args.mode == "syncbn" else args.strategy
     order = RecordOrder()
@@ -96,6 +114,9 @@ def main() -> None:
     train = DataLoader(data(128), batch_size=batch, shuffle=shuffle, num_workers=1 if args.mode == "resume" else 0)
     val = DataLoader(data(101), batch_size=per_rank)
     fit.fit(module, train, val, ckpt_path=args.resume)
+    if args.mode == "after-fit":
+        after_fit(fit, module, val, args.out)
+        return
     result = {
         "params": [p.detach() for p in module.parameters()],
         "metrics": {k: float(v) for k, v in fit.callback_metrics.items()},

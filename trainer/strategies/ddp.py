@@ -12,6 +12,7 @@ Threads: CPU ranks use torch's default thread count; with several ranks per mach
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import inspect
 import os
@@ -30,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer import launch, supervise
 from trainer.strategies.base import ReduceOp, Stage, Strategy
 
-_COMM_THREADS_GRACE_S = 0.05  # see DDPStrategy.teardown
+_COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
 _REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM,
     "mean": dist.ReduceOp.SUM,
@@ -138,6 +139,7 @@ class DDPStrategy(Strategy):
         if not dist.is_initialized():
             self._init_process_group(cluster)
             self._owns_group = True
+            atexit.register(_destroy_group)
 
     def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
         base = _job_store(cluster, self.rendezvous_timeout)
@@ -169,17 +171,18 @@ class DDPStrategy(Strategy):
         return self.model
 
     def teardown(self) -> None:
-        """Leave the process group we created. Self-launched children are awaited at exit, not here:
-        a script may run ``fit`` then ``test``, and the children run both.
+        """End of a stage: drop the DDP wrapper, keep the process group.
 
-        The short sleep releases the GIL so gloo's worker threads can free the allreduce work DDP
-        issued in backward; a worker still waiting for the GIL when the interpreter shuts down
-        aborts the process (torch 2.x; ~10% of runs that exit right after a step, on a busy machine).
+        A script may fit, then validate, test, predict and save: every stage (and
+        ``save_checkpoint``, a collective) needs the group, so it lives until the process exits
+        or ``destroy_process_group()`` is called. Self-launched children are awaited at exit.
         """
         self.model = None
-        if self._owns_group and dist.is_initialized():
-            time.sleep(_COMM_THREADS_GRACE_S)
-            dist.destroy_process_group()
+
+    def destroy_process_group(self) -> None:
+        """Leave the process group this strategy created (every rank must call it)."""
+        if self._owns_group:
+            _destroy_group()
         self._owns_group = False
 
     def on_exception(self, exception: BaseException) -> None:
@@ -240,6 +243,18 @@ class DDPStrategy(Strategy):
         box = [obj]
         dist.broadcast_object_list(box, src=src)
         return box[0]
+
+
+def _destroy_group() -> None:
+    """Destroy the default process group, if any.
+
+    The short sleep first releases the GIL so gloo's worker threads can free the allreduce work
+    DDP issued in backward; a worker still waiting for the GIL when the interpreter shuts down
+    aborts the process (torch 2.x; ~10% of runs that exit right after a step, on a busy machine).
+    """
+    if dist.is_initialized():
+        time.sleep(_COMM_THREADS_GRACE_S)
+        dist.destroy_process_group()
 
 
 class _SumOverRanks(torch.autograd.Function):
