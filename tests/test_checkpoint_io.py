@@ -100,7 +100,7 @@ def test_failed_save_keeps_previous_file_and_leaves_no_tmp(tmp_path: Path, monke
         raise OSError("disk full")
 
     monkeypatch.setattr(ckpt.torch, "save", torn_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match=rf"could not write checkpoint {path} .*free.*OSError: disk full"):
         save_checkpoint({"epoch": 2}, path)
     monkeypatch.undo()
     assert load_checkpoint(path)["epoch"] == 1
@@ -228,14 +228,17 @@ def test_non_checkpoint_file_names_the_path(tmp_path: Path, content: bytes) -> N
     assert str(path) in str(info.value)
 
 
-def test_truncated_checkpoint_names_the_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [100, 100_000], ids=["small", "large"])
+@pytest.mark.parametrize("keep", [0.5, 0.99], ids=["half", "all-but-the-end"])
+def test_truncated_checkpoint_names_the_path_and_the_way_out(tmp_path: Path, size: int, keep: float) -> None:
+    """A cut-off zip used to surface as a bare ``OSError: [Errno 22] Invalid argument`` (large tensors)."""
     path = tmp_path / "cut.ckpt"
-    torch.save({"w": torch.zeros(100)}, path)
+    torch.save({"w": torch.zeros(size)}, path)
     data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="not a readable torch checkpoint") as info:
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointError, match="not a readable torch checkpoint: it looks cut off") as info:
         load_checkpoint(path)
-    assert str(path) in str(info.value)
+    assert str(path) in str(info.value) and "ckpt_path='last'" in str(info.value)
 
 
 def test_corrupt_pickle_inside_zip_is_not_called_a_payload(tmp_path: Path) -> None:
@@ -301,6 +304,16 @@ def test_extract_state_dict_layouts(key: str | None) -> None:
 def test_extract_state_dict_names_keys_found() -> None:
     with pytest.raises(CheckpointError, match=r"Keys found \(2\): epoch, optimizer"):
         extract_state_dict({"epoch": 1, "optimizer": {}})
+
+
+def test_a_plain_weights_file_with_plain_values_beside_the_tensors_loads(tmp_path: Path) -> None:
+    """A training script's ``sd["mask_values"] = [0, 1]; torch.save(sd, path)`` still holds weights."""
+    source, target = Net(), Net()
+    sd = source.state_dict()
+    sd["mask_values"] = [0, 1]
+    torch.save(sd, tmp_path / "model.pth")
+    assert load_weights(target, tmp_path / "model.pth") == ([], [])
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))
 
 
 def test_load_ddp_style_bare_state_dict_into_plain_model(tmp_path: Path) -> None:

@@ -327,7 +327,7 @@ def test_ckpt_path_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     bogus = tmp_path / "notes.ckpt"
     bogus.write_text("these are my notes, not a checkpoint\n")
     ds = CountingDataset()
-    with pytest.raises(CheckpointError, match=r"notes\.ckpt is not a readable torch checkpoint"):
+    with pytest.raises(CheckpointError, match=r"notes\.ckpt \(\d+ bytes\) is not a readable torch checkpoint"):
         quiet(tmp_path).fit(Regressor(), DataLoader(ds, batch_size=4), ckpt_path=bogus)
     assert ds.fetched == 0
 

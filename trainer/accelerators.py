@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -82,7 +83,11 @@ def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[in
 
 
 def select_strategy(
-    strategy: str | Strategy, accelerator: str, devices: int | str | list[int], num_nodes: int = 1
+    strategy: str | Strategy,
+    accelerator: str,
+    devices: int | str | list[int],
+    num_nodes: int = 1,
+    collective_timeout: timedelta | None = None,
 ) -> Strategy:
     """Build the strategy the flags describe; "auto" is single for one device, else ddp."""
     accelerator = resolve_accelerator(accelerator)
@@ -90,7 +95,7 @@ def select_strategy(
     if devices == "auto" and num_nodes == 1 and _under_launcher():
         num_nodes = int(os.environ["WORLD_SIZE"]) // len(indices)  # the launcher already knows the nodes
     if isinstance(strategy, Strategy):
-        strategy.configure(accelerator, indices, num_nodes)
+        strategy.configure(accelerator, indices, num_nodes, collective_timeout)
         return strategy
     if not isinstance(strategy, str):
         raise TypeError(f"strategy must be a name or a Strategy instance, got {type(strategy).__name__}.")
@@ -99,7 +104,7 @@ def select_strategy(
         name = "single" if len(indices) == 1 and num_nodes == 1 and not _under_launcher() else "ddp"
     cls = strategy_class(name)
     instance = cls()
-    instance.configure(accelerator, indices, num_nodes)
+    instance.configure(accelerator, indices, num_nodes, collective_timeout)
     return instance
 
 

@@ -11,7 +11,9 @@ import contextlib
 import os
 import pickle
 import re
+import shutil
 import socket
+import tempfile
 import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,7 +39,11 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
-    """Write ``state`` atomically: the target is either the old file or the complete new one."""
+    """Write ``state`` atomically: the target is either the old file or the complete new one.
+
+    A write that fails (full disk, quota, a vanished mount) leaves every earlier checkpoint as
+    it was and raises ``CheckpointError`` naming the file and the free space.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{_HOST}")
@@ -47,10 +53,45 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(_write_failed(path, err)) from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _write_failed(path: Path, err: BaseException) -> str:
+    """torch.save reports a full disk as 'enforce fail at inline_container.cc': say what happened."""
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"could not write checkpoint {path} ({free} on its filesystem): {type(err).__name__}: {str(err)[:200]}. "
+        "Earlier checkpoints are untouched. Free space or point ModelCheckpoint(dirpath=...) / default_root_dir "
+        "to a filesystem with room."
+    )
+
+
+def unwritable_reason(folder: PathLike) -> str | None:
+    """Why files cannot be created in ``folder`` (or in its nearest existing parent), or None.
+
+    Checked at fit start, so a read-only or mistyped folder fails before hours of training
+    rather than at the first checkpoint. Creates and removes one empty temporary file.
+    """
+    existing = Path(folder).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        return f"cannot create files in {existing}: {err.strerror or err}"
+    return None
 
 
 def _fsync_dir(dirpath: Path) -> None:
@@ -95,9 +136,9 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trusted_classes: 
             obj = torch.load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as err:
             raise _unpickling_error(path, err) from err
-        except Exception as err:
-            if isinstance(err, OSError):  # permissions, a directory: the OS message is clear
-                raise
+        except (PermissionError, IsADirectoryError, FileNotFoundError):
+            raise  # the OS message is clear
+        except Exception as err:  # a cut-off zip raises OSError(EINVAL) from torch's reader
             raise CheckpointError(_not_a_checkpoint(path, err)) from err
     if not isinstance(obj, dict):
         raise CheckpointError(f"Checkpoint {path} holds a {type(obj).__name__}, expected a dict.")
@@ -122,9 +163,12 @@ def _unpickling_error(path: Path, err: Exception) -> CheckpointError:
 
 
 def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> str:
+    size = path.stat().st_size if path.is_file() else 0
+    state = "empty" if size == 0 else "cut off before its end" if not _looks_complete(path) else "corrupted"
     return (
-        f"{path} is not a readable torch checkpoint (truncated, corrupted, or not written by "
-        f"torch.save): {type(err).__name__}: {(reason or str(err))[:300]}"
+        f"{path} ({size} bytes) is not a readable torch checkpoint: it looks {state} (a copy or download that "
+        f"did not finish, or not written by torch.save): {type(err).__name__}: {(reason or str(err))[:200]}. "
+        "Use another checkpoint: ckpt_path='last' picks the newest complete one."
     )
 
 
@@ -213,9 +257,11 @@ def extract_state_dict(obj: Any) -> dict[str, torch.Tensor]:
     for key in _STATE_DICT_KEYS:
         if isinstance(obj.get(key), Mapping):
             return extract_state_dict(obj[key])
-    # A bare state_dict: tensors, plus whatever ``get_extra_state`` returned.
-    if obj and all(isinstance(v, torch.Tensor) or str(k).endswith("_extra_state") for k, v in obj.items()):
-        return dict(obj)
+    # A bare state_dict: tensors, plus whatever ``get_extra_state`` returned. Plain values saved
+    # beside the weights (a training script's ``sd["mask_values"] = [0, 1]``) are not weights.
+    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor) or str(k).endswith("_extra_state")}
+    if tensors and all(isinstance(k, str) for k in obj):
+        return tensors
     keys = list(obj)
     raise CheckpointError(
         f"Found no model weights: no {'/'.join(_STATE_DICT_KEYS)} key and not a bare state_dict "

@@ -79,6 +79,8 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
         strategy.setup_module(module)
         for cb in trainer.callbacks:
             cb.setup(trainer, module, stage)
+        if stage == "fit":
+            _check_output_folders(trainer)
         if stage == "fit" and trainer.is_global_zero:
             params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
@@ -90,6 +92,8 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
         strategy.on_exception(exc)
         for cb in trainer.callbacks:
             cb.on_exception(trainer, module, exc)
+        if (clearer := strategy.explain_failure(exc)) is not None:
+            raise clearer from exc
         raise
     finally:
         trainer.step_loss = trainer.last_loss  # the graph head is only worth keeping between steps
@@ -99,6 +103,25 @@ def prepare_run(trainer: Trainer, module: Module, stage: str) -> Iterator[Run]:
             for lg in trainer.loggers:
                 lg.finalize(status)
         strategy.teardown()
+
+
+def _check_output_folders(trainer: Trainer) -> None:
+    """Refuse, on every rank, folders rank zero cannot write logs or checkpoints to."""
+    from trainer.checkpoint import unwritable_reason
+
+    problem = None
+    if trainer.is_global_zero:
+        folders = {"default_root_dir / the logger's folder": trainer.log_dir} if trainer.loggers else {}
+        callback = trainer.checkpoint_callback
+        if callback is not None:
+            folders["the checkpoint folder (ModelCheckpoint dirpath)"] = trainer.checkpoint_dir
+        for what, folder in folders.items():
+            if (reason := unwritable_reason(folder)) is not None:
+                problem = f"{what} {folder} is not writable: {reason}. Choose a folder you can write to."
+                break
+    problem = trainer.strategy.broadcast(problem)
+    if problem is not None:
+        raise PermissionError(problem)
 
 
 # ---- logging -----------------------------------------------------------------------------

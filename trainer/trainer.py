@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,18 @@ def _check_limit(name: str, value: int | float | None) -> None:
         raise ValueError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
     if isinstance(value, float) and value > 1.0:
         raise ValueError(f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count.")
+
+
+def _as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        seconds = None if value is None else value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name}={value!r} must be a number of seconds or a datetime.timedelta.")
+    else:
+        seconds = float(value)
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"{name}={value!r} must be positive.")
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 class Trainer:
@@ -74,6 +87,7 @@ class Trainer:
         compile: bool = False,
         seed: int = 0,
         requeue_signal: str | None = "SIGUSR1",
+        collective_timeout: float | timedelta | None = None,
     ) -> None:
         """Check every flag now, so a typo fails before any work starts.
 
@@ -106,6 +120,8 @@ class Trainer:
             compile: apply torch.compile to the module (checkpoints stay portable).
             seed: seed of the DistributedSampler's shuffle.
             requeue_signal: extra signal that saves and exits like SIGTERM (SLURM requeue), or None.
+            collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
+                fails naming it (default 600: long enough for rank 0 to write a large checkpoint).
         """
         if max_epochs is not None and max_epochs < 0:
             raise ValueError(f"max_epochs={max_epochs!r} must be >= 0 (or None for the default of 1000).")
@@ -130,7 +146,9 @@ class Trainer:
             ("limit_predict_batches", limit_predict_batches),
         ):
             _check_limit(name, value)
-        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes)
+        self.strategy: Strategy = select_strategy(
+            strategy, accelerator, devices, num_nodes, _as_timedelta("collective_timeout", collective_timeout)
+        )
         self.precision = build_precision(precision, self.strategy.root_device.type)
         self.max_epochs = 1000 if max_epochs is None and max_steps == -1 else max_epochs
         self.max_steps = max_steps

@@ -233,7 +233,7 @@ class Tiny(nn.Module):
         return f"validation {batch_idx}"
 
 
-def test_one_rank_group_runs_a_step_and_tears_down() -> None:
+def test_one_rank_group_runs_a_step_and_outlives_the_stage_until_destroyed() -> None:
     strategy = DDPStrategy(timeout=timedelta(seconds=60))
     strategy.configure("cpu", [0])
     strategy.setup_environment()
@@ -250,6 +250,8 @@ def test_one_rank_group_runs_a_step_and_tears_down() -> None:
         assert strategy.reduce_boolean_decision(True) and not strategy.reduce_boolean_decision(False)
     finally:
         strategy.teardown()
+    assert torch.distributed.is_initialized() and strategy.model is None  # a later stage still needs the group
+    strategy.destroy_process_group()
     assert not torch.distributed.is_initialized()
 
 

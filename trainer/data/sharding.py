@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, overload
 
@@ -19,7 +20,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from trainer.data.loaders import call_set_epoch, rebuild_settings, sized
+from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
 
 
 class DistributedSamplerWrapper(Sampler[int]):
@@ -187,6 +188,7 @@ def prepare_eval_loader(
         check_shardable(loader, num_replicas, use_distributed_sampler, "evaluation")
         return loader
     sampler, batch_size, drop_last = _batching(loader)
+    _warn_dropped(loader, sampler, batch_size, drop_last)
     if not _needs_shard(loader, sampler, num_replicas):
         return loader
     _check_rank(num_replicas, rank)
@@ -196,5 +198,34 @@ def prepare_eval_loader(
         return DataLoader(loader.dataset, batch_sampler=shard, **rebuild_settings(loader))
     if type(sampler) is RandomSampler:  # each rank would shuffle differently: some samples twice
         sampler = SequentialSampler(loader.dataset)  # type: ignore[arg-type]
-    _check_room(len(sized(sampler)), num_replicas, batch_size, drop_last, padded=False)
-    return _rebuild(loader, EvalShardSampler(sampler, num_replicas, rank), batch_size, drop_last)
+    if drop_last and batch_size is not None:  # drop what one device drops: the same samples are evaluated
+        kept = len(sized(sampler)) // batch_size * batch_size
+        sampler = _Head(sampler, kept)
+    _check_room(len(sized(sampler)), num_replicas, None, False, padded=False)
+    return _rebuild(loader, EvalShardSampler(sampler, num_replicas, rank), batch_size, False)
+
+
+class _Head(Sampler[Any]):
+    """The first ``n`` items of a sampler."""
+
+    def __init__(self, sampler: Iterable[Any], n: int) -> None:
+        self.sampler, self.n = sampler, n
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(self.sampler, self.n)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _warn_dropped(loader: DataLoader, sampler: Iterable[Any], batch_size: int | None, drop_last: bool) -> None:
+    """An evaluation loader with ``drop_last=True`` leaves samples out of the metrics: say how many."""
+    if not drop_last or batch_size is None or not has_len(sampler):
+        return
+    total = len(sized(sampler))
+    if dropped := total % batch_size:
+        warnings.warn(
+            f"the evaluation DataLoader has drop_last=True: {dropped} of its {total} samples are left out of the "
+            "metrics (on every strategy). Set drop_last=False to evaluate every sample.",
+            stacklevel=4,
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any, Literal
 
 import torch
@@ -17,6 +18,11 @@ from torch import nn
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
 Stage = Literal["training", "validation", "test", "predict"]
+DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+
+
+class CollectiveTimeoutError(RuntimeError):
+    """A collective waited longer than ``Trainer(collective_timeout=...)``: a rank did not arrive."""
 
 
 class Strategy(ABC):
@@ -30,12 +36,21 @@ class Strategy(ABC):
         self.accelerator: str = "cpu"
         self.device_indices: list[int] = [0]
         self.num_nodes: int = 1
+        self.collective_timeout: timedelta = DEFAULT_COLLECTIVE_TIMEOUT
 
-    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+    def configure(
+        self,
+        accelerator: str,
+        device_indices: list[int],
+        num_nodes: int = 1,
+        collective_timeout: timedelta | None = None,
+    ) -> None:
         """Receive the resolved Trainer flags; a strategy checks here that they suit it."""
         self.accelerator = accelerator
         self.device_indices = device_indices
         self.num_nodes = num_nodes
+        if collective_timeout is not None:
+            self.collective_timeout = collective_timeout
 
     # ---- the few things each strategy must say -------------------------------------------
     @property
@@ -96,6 +111,10 @@ class Strategy(ABC):
 
     def on_exception(self, exception: BaseException) -> None:
         """A step raised: a multi-process strategy makes sure the other ranks end too."""
+
+    def explain_failure(self, exception: BaseException) -> BaseException | None:
+        """A clearer error for a failure a stage ended with (e.g. a collective timing out), or None."""
+        return None
 
     # ---- the step ------------------------------------------------------------------------
     def batch_to_device(self, batch: Any) -> Any:

@@ -16,9 +16,10 @@ import atexit
 import contextlib
 import inspect
 import os
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +30,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import launch, supervise
-from trainer.strategies.base import ReduceOp, Stage, Strategy
+from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
 
 _COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
 _REDUCE_OPS = {
@@ -60,7 +61,7 @@ class DDPStrategy(Strategy):
         self,
         *,
         process_group_backend: str | None = None,
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
         rendezvous_timeout: timedelta = timedelta(minutes=3),
         find_unused_parameters: bool = False,
         broadcast_buffers: bool = True,
@@ -70,13 +71,14 @@ class DDPStrategy(Strategy):
         sync_batchnorm: bool = False,
         start_method: str = "popen",
     ) -> None:
-        """``timeout`` bounds each collective; ``rendezvous_timeout`` bounds waiting for all ranks."""
+        """``timeout`` bounds each collective (default: ``Trainer(collective_timeout=...)``, 10 minutes);
+        ``rendezvous_timeout`` bounds waiting for all ranks to join."""
         super().__init__()
         if start_method != "popen":
             raise ValueError(f"start_method={start_method!r} is not supported; only 'popen' (re-run the script).")
         self._backend_arg = process_group_backend
         self.backend = process_group_backend or "gloo"
-        self.timeout = timeout
+        self._timeout_arg = timeout
         self.rendezvous_timeout = rendezvous_timeout
         self.sync_batchnorm = sync_batchnorm
         self._ddp_kwargs: dict[str, Any] = {
@@ -90,11 +92,28 @@ class DDPStrategy(Strategy):
         self.cluster: launch.ClusterEnv | None = None
         self._owns_group = False
 
-    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+    def configure(
+        self,
+        accelerator: str,
+        device_indices: list[int],
+        num_nodes: int = 1,
+        collective_timeout: timedelta | None = None,
+    ) -> None:
         if accelerator not in ("cpu", "cuda"):
             raise ValueError(f"strategy='ddp' runs on accelerator='cpu' (gloo) or 'cuda' (nccl), not {accelerator!r}.")
-        super().configure(accelerator, device_indices, num_nodes)
+        given = self._timeout_arg
+        if given is not None and collective_timeout is not None and given != collective_timeout:
+            raise ValueError(
+                f"DDPStrategy(timeout={given}) and Trainer(collective_timeout={collective_timeout}) disagree; "
+                "set one of them."
+            )
+        super().configure(accelerator, device_indices, num_nodes, collective_timeout or given)
         self.backend = self._backend_arg or ("nccl" if accelerator == "cuda" else "gloo")
+
+    @property
+    def timeout(self) -> timedelta:
+        """How long a collective waits for every rank before failing."""
+        return self.collective_timeout
 
     # ---- process facts -------------------------------------------------------------------
     @property
@@ -188,6 +207,29 @@ class DDPStrategy(Strategy):
     def on_exception(self, exception: BaseException) -> None:
         supervise.on_rank_exception(exception)
 
+    def explain_failure(self, exception: BaseException) -> BaseException | None:
+        if isinstance(exception, CollectiveTimeoutError) or not _is_timeout(exception):
+            return None
+        return self._timeout_error("a collective inside the step (DDP's gradient all-reduce in backward, or your own)")
+
+    def _timeout_error(self, what: str) -> CollectiveTimeoutError:
+        seconds = self.timeout.total_seconds()
+        return CollectiveTimeoutError(
+            f"rank {self.global_rank}: {what} timed out after {seconds:.0f}s: another rank did not arrive (it hangs "
+            "in its step or data loading, or is slower than the timeout). If the ranks are only slow (e.g. rank 0 "
+            "writing a large checkpoint), raise Trainer(collective_timeout=...)."
+        )
+
+    @contextlib.contextmanager
+    def _collective(self, what: str) -> Iterator[None]:
+        """Name the collective when it times out, instead of gloo's or NCCL's transport message."""
+        try:
+            yield
+        except RuntimeError as error:
+            if _is_timeout(error):
+                raise self._timeout_error(what) from error
+            raise
+
     # ---- the step ------------------------------------------------------------------------
     def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
         if stage != "training":
@@ -212,7 +254,8 @@ class DDPStrategy(Strategy):
         if op not in _REDUCE_OPS:
             raise ValueError(f"op={op!r} is not one of {', '.join(_REDUCE_OPS)}.")
         result = self._to_comm_device(tensor).clone()
-        dist.all_reduce(result, op=_REDUCE_OPS[op])
+        with self._collective(f"all_reduce({op})"):
+            dist.all_reduce(result, op=_REDUCE_OPS[op])
         if op == "mean":
             result = result / self.world_size
         return result.to(tensor.device)
@@ -221,28 +264,45 @@ class DDPStrategy(Strategy):
         """Same-shape tensors from every rank, stacked along a new first dimension."""
         local = self._to_comm_device(tensor).contiguous()
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(gathered, local)
+        with self._collective("all_gather"):
+            dist.all_gather(gathered, local)
         return torch.stack(gathered).to(tensor.device)
 
     def gather_objects(self, obj: Any) -> list[Any]:
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
+        with self._collective("all_gather_object (building a checkpoint)"):
+            dist.all_gather_object(gathered, obj)
         return gathered
 
     def reduce_boolean_decision(self, flag: bool) -> bool:
         """True on every rank if any rank says True (so all ranks stop together)."""
-        return bool(self.all_reduce(torch.tensor(int(flag)), "sum").item() > 0)
+        votes = self._to_comm_device(torch.tensor(int(flag)))
+        with self._collective("all_reduce (the ranks deciding together whether to stop)"):
+            dist.all_reduce(votes)
+        return bool(votes.item() > 0)
 
     def barrier(self) -> None:
         if dist.is_initialized():
-            dist.barrier()
+            with self._collective("barrier (e.g. waiting for rank 0 to write a checkpoint)"):
+                dist.barrier()
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not dist.is_initialized():
             return obj
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        with self._collective(f"broadcast_object_list from rank {src}"):
+            dist.broadcast_object_list(box, src=src)
         return box[0]
+
+
+def _is_timeout(error: BaseException) -> bool:
+    """gloo: 'Timed out waiting Nms for recv'; NCCL's watchdog: 'collective operation timeout'."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, RuntimeError) and re.search(r"timed out|operation timeout", str(seen), re.IGNORECASE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _destroy_group() -> None:

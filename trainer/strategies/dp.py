@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -38,7 +39,13 @@ class DataParallelStrategy(SingleDeviceStrategy):
 
     name = "dp"
 
-    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+    def configure(
+        self,
+        accelerator: str,
+        device_indices: list[int],
+        num_nodes: int = 1,
+        collective_timeout: timedelta | None = None,
+    ) -> None:
         if accelerator != "cuda":
             raise ValueError(
                 "strategy='dp' needs CUDA GPUs (torch.nn.DataParallel); on CPU use strategy='ddp' (gloo) "
@@ -46,7 +53,9 @@ class DataParallelStrategy(SingleDeviceStrategy):
             )
         if num_nodes != 1:
             raise ValueError(f"strategy='dp' runs in one process on one machine; for num_nodes={num_nodes} use 'ddp'.")
-        Strategy.configure(self, accelerator, device_indices, num_nodes)  # several devices are the point
+        Strategy.configure(
+            self, accelerator, device_indices, num_nodes, collective_timeout
+        )  # several devices are the point
 
     @property
     def root_device(self) -> torch.device:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -19,13 +20,19 @@ class SingleDeviceStrategy(Strategy):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._fixed = device is not None
 
-    def configure(self, accelerator: str, device_indices: list[int], num_nodes: int = 1) -> None:
+    def configure(
+        self,
+        accelerator: str,
+        device_indices: list[int],
+        num_nodes: int = 1,
+        collective_timeout: timedelta | None = None,
+    ) -> None:
         if len(device_indices) != 1 or num_nodes != 1:
             raise ValueError(
                 f"strategy='single' runs on one device, but devices={device_indices} and num_nodes={num_nodes}; "
                 "use strategy='ddp' (or 'dp' on CUDA) for several."
             )
-        super().configure(accelerator, device_indices, num_nodes)
+        super().configure(accelerator, device_indices, num_nodes, collective_timeout)
         if not self._fixed:
             self._device = torch.device("cpu") if accelerator == "cpu" else torch.device(accelerator, device_indices[0])
 
