@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from tests.cli_fixtures.tiny import Data, Model
-from trainer.checkpoint import load_checkpoint
+from trainer.checkpoint import load_checkpoint, load_weights
 from trainer.cli import CLI, SaveConfigCallback
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,23 @@ def test_evaluate_a_checkpoint_with_the_saved_config(fitted: Path, stage: str) -
     config, checkpoint = folder / "config.yaml", folder / "checkpoints" / "last.ckpt"
     out = ok(run_cli(stage, "--config", config, "--ckpt_path", checkpoint, "--trainer.logger false"))
     name = "val_loss" if stage == "validate" else "test_loss"
-    assert float(out.split(f"{name}:")[1].split()[0]) >= 0
+    printed = float(out.split(f"{name}:")[1].split()[0])
+    trained = Model(hidden=3)
+    load_weights(trained, load_checkpoint(checkpoint))
+    torch.manual_seed(yaml.safe_load(config.read_text())["seed_everything"])
+    fresh = Model(hidden=3)  # what the command evaluates if it does not load the checkpoint
+    assert printed == pytest.approx(mse(trained), rel=1e-4)  # the checkpoint's weights, on every sample
+    assert printed != pytest.approx(mse(fresh), rel=1e-3)  # ... which --ckpt_path alone brings in
+
+
+def mse(model: Model) -> float:
+    """The model's loss on the tiny data set (every split is the same samples)."""
+    data = Data()
+    data.setup("validate")
+    assert data.dataset is not None
+    x, y = data.dataset.tensors
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model.net(x), y))
 
 
 # ---- configs, print_config, run=False (in-process: no training) ----------------------------
