@@ -456,6 +456,39 @@ def test_python_m_trainer_subclass_mode(tmp_path: Path) -> None:
     assert saved["data"]["init_args"]["batch_size"] == 4
 
 
+# ---- a LightningCLI script, ported by its import lines alone ----------------------------------
+LIGHTNING_SCRIPT = REPO / "tests" / "cli_fixtures" / "lightning_script.py"
+PORTED_IMPORTS = {
+    "from lightning.pytorch import LightningDataModule, LightningModule": (
+        "from trainer import DataModule as LightningDataModule, Module as LightningModule"
+    ),
+    "from lightning.pytorch.callbacks import EarlyStopping": "from trainer.callbacks import EarlyStopping",
+    "from lightning.pytorch.cli import LightningArgumentParser, LightningCLI": (
+        "from trainer.cli import ArgumentParser as LightningArgumentParser, CLI as LightningCLI"
+    ),
+}
+
+
+def test_lightning_cli_script_runs_with_only_its_imports_changed(tmp_path: Path) -> None:
+    lines = LIGHTNING_SCRIPT.read_text().splitlines()
+    ported = [PORTED_IMPORTS.get(line, line) for line in lines]
+    assert sum(a != b for a, b in zip(lines, ported)) == len(PORTED_IMPORTS)  # each import line, nothing else
+    assert not any("lightning." in line for line in ported if line.startswith(("from ", "import ")))
+    script = tmp_path / "train.py"
+    script.write_text("\n".join(ported) + "\n")
+    config = REPO / "tests" / "cli_fixtures" / "lightning_config.yaml"
+    out = ok(run_cli("fit --config", config, script=script, cwd=tmp_path))
+    assert "fitting 3 classes, seed 1234" in out  # instantiate link, seed_everything_default, before_fit
+    assert "done after 2 epochs" in out  # the config file beat trainer_defaults' max_epochs; after_fit
+    folder = tmp_path / "runs" / "blobs" / "version_0"  # the CSVLogger named in the config
+    saved = yaml.safe_load((folder / "config.yaml").read_text())
+    assert saved["seed_everything"] == 1234 and saved["trainer"]["limit_train_batches"] == 2  # trainer_defaults
+    assert saved["early_stopping"]["patience"] == 5 and "num_features" not in saved["model"]  # a link target
+    checkpoint = load_checkpoint(folder / "checkpoints" / "last.ckpt")
+    assert checkpoint["hparams"] == {"num_features": 2, "num_classes": 3, "hidden": 6, "lr": 0.2}
+    assert {"EarlyStopping[val_loss]", "ModelCheckpoint[val_loss]"} <= set(checkpoint["callbacks"])
+
+
 # ---- one flag swaps the strategy ------------------------------------------------------------
 @pytest.mark.slow
 def test_same_script_runs_ddp_with_two_cpu_ranks(tmp_path: Path) -> None:
