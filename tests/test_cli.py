@@ -5,8 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,65 +13,13 @@ import pytest
 import torch
 import yaml
 
+from tests.cli_fixtures.running import QUICK, REPO, SEED_VARS, argv, ok, run_cli, run_folder, write_yaml
+from tests.cli_fixtures.subclasses import HookedCLI, LinkedCLI, LoggedConfig, Marker
 from tests.cli_fixtures.tiny import Data, Model
-from trainer import Callback, EarlyStopping, ModelCheckpoint, Trainer
+from trainer import EarlyStopping, ModelCheckpoint, Trainer
 from trainer.checkpoint import load_checkpoint, load_weights
 from trainer.cli import CLI, ArgumentParser, SaveConfigCallback
 from trainer.loggers import CSVLogger
-
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "tests" / "cli_fixtures" / "train.py"
-QUICK = "--trainer.max_epochs 1 --trainer.limit_train_batches 2 --trainer.accelerator cpu"
-QUICK += " --trainer.enable_progress_bar false"
-SEED_VARS = ("PL_GLOBAL_SEED", "STEADYTRAIN_SEED", "STEADYTRAIN_SEED_WORKERS")
-_LAUNCHER_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
-_LAUNCHER_VARS |= {"MASTER_ADDR", "MASTER_PORT"}
-
-
-def argv(*parts: str | Path) -> list[str]:
-    """Strings are split on spaces like a shell would; paths stay whole."""
-    return [arg for part in parts for arg in (part.split() if isinstance(part, str) else [str(part)])]
-
-
-def _env() -> dict[str, str]:
-    """No inherited launcher variables; the repo importable (``tests.cli_fixtures``); one thread per rank."""
-    prefixes = ("SLURM_", "TORCHELASTIC_", "STEADYTRAIN_SELF", *SEED_VARS)
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(prefixes)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def run_cli(
-    *parts: str | Path, module: bool = False, script: Path = SCRIPT, cwd: Path = REPO
-) -> subprocess.CompletedProcess[str]:
-    """``python tests/cli_fixtures/train.py ARGS`` (or ``python -m trainer ARGS``) from the repo root."""
-    command = [sys.executable, "-m", "trainer"] if module else [sys.executable, str(script)]
-    return subprocess.run(
-        [*command, *argv(*parts)],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def write_yaml(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def run_folder(root: Path) -> Path:
-    """The first run's folder (the CSV logger's ``<name>/version_0``)."""
-    (folder,) = list(root.glob("*/version_0"))
-    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -257,10 +203,6 @@ def test_constructor_takes_lightning_cli_arguments_in_order() -> None:
     ]
 
 
-class Marker(Callback):
-    """A callback only ``trainer_defaults`` adds."""
-
-
 def test_trainer_defaults_are_overridable_defaults_and_their_callbacks_are_added(tmp_path: Path) -> None:
     defaults = {"max_epochs": 3, "logger": False, "limit_val_batches": 2, "callbacks": [Marker()]}
     config = write_yaml(tmp_path / "c.yaml", {"trainer": {"limit_val_batches": 1}})
@@ -287,17 +229,6 @@ def test_trainer_class_subclass_mode_model_and_parser_kwargs(tmp_path: Path) -> 
     )
     assert isinstance(cli.trainer, MyTrainer) and cli.model.net[0].out_features == 5
     assert cli.datamodule is not None and cli.datamodule.size == 16  # the fit parser's default config file
-
-
-class LinkedCLI(CLI):
-    """``--data.size`` sets the model's width: the link Lightning users write for num_classes."""
-
-    apply_on = "parse"
-
-    def add_arguments_to_parser(self, parser: ArgumentParser) -> None:
-        parser.link_arguments("data.size", "model.hidden", apply_on=self.apply_on)
-        parser.add_lightning_class_args(EarlyStopping, "early_stopping")
-        parser.set_defaults({"early_stopping.monitor": "val_loss"})
 
 
 @pytest.mark.parametrize("apply_on", ["parse", "instantiate"])
@@ -331,30 +262,7 @@ def test_callbacks_and_logger_from_the_config_by_class_path(tmp_path: Path) -> N
     assert (tmp_path / "ckpt" / "last.ckpt").is_file() and (tmp_path / "csv" / "version_0" / "metrics.csv").is_file()
 
 
-# ---- hooks a LightningCLI subclass overrides ------------------------------------------------
-class HookedCLI(CLI):
-    """Records the hooks in the order they run; changes the config before anything is built."""
-
-    def before_instantiate_classes(self) -> None:
-        self.calls = ["before_instantiate_classes"]
-        self.config[self.subcommand].model.hidden = 5
-
-    def after_instantiate_classes(self) -> None:
-        self.calls.append(f"after_instantiate_classes:{self.model.net[0].out_features}")
-
-    def before_fit(self) -> None:
-        self.calls.append("before_fit")
-
-    def after_fit(self) -> None:
-        self.calls.append(f"after_fit:{self.trainer.current_epoch}")
-
-    def before_validate(self) -> None:
-        self.calls.append("before_validate")
-
-    def after_validate(self) -> None:
-        self.calls.append(f"after_validate:{sorted(self.trainer.callback_metrics)}")
-
-
+# ---- hooks a LightningCLI subclass overrides (tests/cli_fixtures/subclasses.py) -----------
 def test_hooks_run_in_lightnings_order(tmp_path: Path) -> None:
     fitted = fit(tmp_path, cli_class=HookedCLI)
     assert fitted.calls == ["before_instantiate_classes", "after_instantiate_classes:5", "before_fit", "after_fit:1"]
@@ -397,11 +305,6 @@ def test_another_runs_config_is_kept_unless_overwrite_or_resume(
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["trainer"]["max_epochs"] == 2
     fit(tmp_path, "--model.hidden 5", save_config_kwargs={"overwrite": True})
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["model"]["hidden"] == 5
-
-
-class LoggedConfig(SaveConfigCallback):
-    def save_config(self, trainer: Trainer, module: Any, stage: str) -> None:
-        self.saved = (stage, self.parser.dump(self.config, skip_unset=False))
 
 
 def test_save_config_subclass_stores_it_elsewhere(tmp_path: Path) -> None:
