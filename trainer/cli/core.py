@@ -1,0 +1,364 @@
+"""``CLI``: LightningCLI's constructor, hooks and semantics, building a steadytrain Trainer.
+
+The order of work is Lightning's, so a ``LightningCLI`` subclass behaves the same: build the
+parser(s) (``add_arguments_to_parser`` last), parse, seed, ``before_instantiate_classes``, build
+data, model and Trainer, ``after_instantiate_classes``, then ``before_<subcommand>``, the
+subcommand and ``after_<subcommand>``. Parsing, seeding and construction write no files, so a
+DDP self-launch can re-run the same command line in every rank and get the same objects.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import ActionConfigFile, Namespace
+
+import trainer as _package
+from trainer.callbacks.base import Callback
+from trainer.cli import optimizers
+from trainer.cli.parser import ArgumentParser
+from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
+from trainer.datamodule import DataModule
+from trainer.module import Module
+from trainer.seed import seed_everything
+from trainer.trainer import Trainer
+
+SUBCOMMANDS = {
+    "fit": "Train the model (--ckpt_path resumes a run exactly).",
+    "validate": "Run the validation set once (--ckpt_path loads weights first).",
+    "test": "Run the test set once (--ckpt_path loads weights first).",
+    "predict": "Run predict_step over the predict set (--ckpt_path loads weights first).",
+}
+# Seeds exported by an earlier seed_everything (ours, Lightning's, or the parent of a DDP rank).
+_SEED_VARS = ("STEADYTRAIN_SEED", "PL_GLOBAL_SEED")
+
+
+def _usage(with_ckpt_path: bool) -> str:
+    """A short usage line, so an error message is not buried under every flag (--help lists them)."""
+    usage = "%(prog)s [--config FILE] [--print_config] [--seed_everything N] [--trainer.* ...] [--model.* ...] "
+    return usage + ("[--data.* ...] [--ckpt_path PATH]" if with_ckpt_path else "[--data.* ...]")
+
+
+class CLI:
+    """Parse the command line, build data module, model and Trainer, then run the subcommand.
+
+    ``model_class``/``datamodule_class`` fix the classes; with ``subclass_mode_model``/``_data`` (or
+    no class) they are chosen by import path: ``--model pkg.mod.Model --model.init_args.x 1``.
+    ``run=False``: no subcommand, nothing runs; use ``.trainer``, ``.model``, ``.datamodule`` and ``.config``.
+    """
+
+    def __init__(
+        self,
+        model_class: type[Module] | Callable[..., Module] | None = None,
+        datamodule_class: type[DataModule] | Callable[..., DataModule] | None = None,
+        save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback,
+        save_config_kwargs: dict[str, Any] | None = None,
+        trainer_class: type[Trainer] | Callable[..., Trainer] = Trainer,
+        trainer_defaults: dict[str, Any] | None = None,
+        seed_everything_default: bool | int | None = True,
+        parser_kwargs: dict[str, Any] | None = None,
+        parser_class: type[ArgumentParser] = ArgumentParser,
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        args: list[str] | dict[str, Any] | Namespace | None = None,
+        run: bool = True,
+        auto_configure_optimizers: bool = True,
+        *,
+        subclass_mode: bool = False,
+    ) -> None:
+        """Arguments as LightningCLI's; ``subclass_mode=True`` sets both ``subclass_mode_*`` (our older name)."""
+        self.save_config_callback = save_config_callback
+        self.save_config_kwargs = dict(save_config_kwargs or {})
+        self.trainer_class = trainer_class
+        self.trainer_defaults = dict(trainer_defaults or {})
+        self.seed_everything_default = seed_everything_default
+        self.parser_kwargs = dict(parser_kwargs or {})
+        self.parser_class = parser_class
+        self.auto_configure_optimizers = auto_configure_optimizers
+        self.model_class = model_class
+        self.datamodule_class = datamodule_class
+        self.subclass_mode_model = model_class is None or subclass_mode_model or subclass_mode
+        self.subclass_mode_data = datamodule_class is None or subclass_mode_data or subclass_mode
+
+        # Earlier steadytrain built a named subcommand with run=False; Lightning would reject the name.
+        with_subcommands = run or _starts_with_subcommand(args)
+        self.setup_parser(with_subcommands, *self._split_parser_kwargs())
+        self.parse_arguments(self.parser, args)
+        self.subcommand: str | None = self.config["subcommand"] if with_subcommands else None
+        self.ckpt_path: str | None = self._subconfig(self.config).get("ckpt_path")
+        self._check_ckpt_path()
+        self._set_seed()
+        self.before_instantiate_classes()
+        self.instantiate_classes()
+        self.after_instantiate_classes()
+        # Plain values only (what YAML round-trips): it goes into checkpoints and logger hparams.
+        self.config_dump: dict[str, Any] = yaml.safe_load(
+            self._parser(self.subcommand).dump(self._subconfig(self.config), skip_unset=False)
+        )
+        self.trainer.config = self.config_dump
+        self.result: Any = None
+        if run:
+            self.result = self.run()
+
+    # ---- parser construction (override points named as in LightningCLI) ------------------
+    def init_parser(self, **kwargs: Any) -> ArgumentParser:
+        """One parser with ``-c/--config``; abbreviations off, so a later flag never changes what one means."""
+        kwargs.setdefault("dump_header", [f"steadytrain=={_package.__version__}"])
+        kwargs.setdefault("allow_abbrev", False)
+        parser = self.parser_class(**kwargs)
+        parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), merged in order.")
+        return parser
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any], sub_kwargs: dict[str, Any]) -> None:
+        """``self.parser``: with subcommands, a root parser whose ``self.parsers[name]`` hold the flags."""
+        self.parsers: dict[str, ArgumentParser] = {}
+        if add_subcommands:
+            main_kwargs.setdefault("description", "Train, validate, test or predict with a steadytrain Module.")
+            self.parser = self.init_parser(**main_kwargs)
+            subcommands = self.parser.add_subcommands(required=True)
+            for name, help_text in SUBCOMMANDS.items():
+                self.parsers[name] = self._subcommand_parser(name, **sub_kwargs.get(name, {}))
+                subcommands.add_subcommand(name, self.parsers[name], help=help_text)
+        else:
+            main_kwargs.setdefault("usage", _usage(with_ckpt_path=False))
+            self.parser = self.init_parser(**main_kwargs)
+            self._add_arguments(self.parser)
+
+    def add_default_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        """``--seed_everything``: an int seeds with it, true keeps an exported seed (else 0), false/null skips."""
+        parser.add_argument(
+            "--seed_everything",
+            type=bool | int | None,
+            default=self.seed_everything_default,
+            help="Seed python/numpy/torch before building anything: an int, true (the exported seed, else 0), "
+            "or false/null (leave unseeded).",
+        )
+
+    def add_core_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        """``--trainer.*`` (with ``trainer_defaults`` as defaults), ``--model.*`` and ``--data.*``."""
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        try:
+            parser.set_defaults(defaults)
+        except (KeyError, ValueError) as err:  # a typo or a bare instance: a bug in the script, not in the flags
+            raise ValueError(f"trainer_defaults: {err} (give objects as jsonargparse.lazy_instance)") from err
+        parser.add_lightning_class_args(self.model_class or Module, "model", subclass_mode=self.subclass_mode_model)
+        required = self.datamodule_class is not None  # without one, the model's own loaders may serve
+        data_class = self.datamodule_class or DataModule
+        parser.add_lightning_class_args(data_class, "data", subclass_mode=self.subclass_mode_data, required=required)
+
+    def add_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        """Override to add arguments (``add_lightning_class_args``) or links (``link_arguments``)."""
+
+    @staticmethod
+    def link_optimizers_and_lr_schedulers(parser: ArgumentParser) -> None:
+        """Link optimizer/scheduler groups registered with a ``link_to`` key to that key."""
+        parser.link_optimizers_and_lr_schedulers()
+
+    def parse_arguments(self, parser: ArgumentParser, args: list[str] | dict[str, Any] | Namespace | None) -> None:
+        """``self.config``: command-line style ``args`` (``sys.argv`` when None), or a dict/Namespace config."""
+        if isinstance(args, dict | Namespace):
+            self.config = parser.parse_object(args)
+        else:
+            self.config = parser.parse_args(args)
+
+    def _subcommand_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
+        kwargs.setdefault("description", SUBCOMMANDS[name])
+        kwargs.setdefault("usage", _usage(with_ckpt_path=True))
+        parser = self.init_parser(**kwargs)
+        self._add_arguments(parser)
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help='Checkpoint to resume (fit) or to load weights from; "last": the newest one.',
+        )
+        return parser
+
+    def _add_arguments(self, parser: ArgumentParser) -> None:
+        self.add_default_arguments_to_parser(parser)
+        self.add_core_arguments_to_parser(parser)
+        self.add_arguments_to_parser(parser)
+        if self.auto_configure_optimizers:
+            if not parser.optimizers:
+                parser.add_optimizer_args()
+            if not parser.lr_schedulers:
+                parser.add_lr_scheduler_args()
+        self.link_optimizers_and_lr_schedulers(parser)
+
+    def _split_parser_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``parser_kwargs`` keys named after a subcommand go to that subcommand's parser; the rest to the main one."""
+        main = {k: v for k, v in self.parser_kwargs.items() if k not in SUBCOMMANDS}
+        per_subcommand = {k: dict(v) for k, v in self.parser_kwargs.items() if k in SUBCOMMANDS}
+        return main, per_subcommand
+
+    # ---- seeding and building ------------------------------------------------------------
+    def _set_seed(self) -> None:
+        """Seed as ``--seed_everything`` says, and record the seed used so the saved config repeats the run."""
+        config = self._subconfig(self.config)
+        value = config.get("seed_everything")
+        if value is None or value is False:
+            return
+        try:
+            seed = seed_everything(_exported_seed() if value is True else value, workers=True)
+        except ValueError as err:
+            self._parser(self.subcommand).usage_error("--seed_everything", err)
+        config["seed_everything"] = seed
+
+    def before_instantiate_classes(self) -> None:
+        """Override to change ``self.config`` before anything is built."""
+
+    def instantiate_classes(self) -> None:
+        """``self.config_init`` (the built config), ``self.datamodule``, ``self.model`` and ``self.trainer``."""
+        try:
+            self.config_init = self.parser.instantiate(self.config)
+        except (ValueError, TypeError) as err:
+            self._parser(self.subcommand).usage_error("could not build --model/--data/--trainer.* objects", err)
+        self.datamodule: DataModule | None = self._get(self.config_init, "data")
+        self.model: Module = self._get(self.config_init, "model")
+        self._add_configure_optimizers_method_to_model()
+        self.trainer = self.instantiate_trainer()
+
+    def after_instantiate_classes(self) -> None:
+        """Override to run code once everything is built (before the subcommand)."""
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """Build the Trainer from ``--trainer.*`` (``kwargs`` win); the CLI's callbacks join the configured ones."""
+        parser = self._parser(self.subcommand)
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = [
+            *_as_list(config.pop("callbacks", None)),
+            *(self._get(self.config_init, key) for key in parser.callback_keys),
+            *_as_list(self.trainer_defaults.get("callbacks")),
+        ]
+        if self.save_config_callback is not None and self.subcommand in (None, "fit"):
+            callbacks.append(self.save_config_callback(parser, self._subconfig(self.config), **self.save_config_kwargs))
+        try:
+            return self.trainer_class(**config, callbacks=callbacks)
+        except (ValueError, TypeError) as err:
+            parser.usage_error("invalid --trainer.* value", err)
+
+    @staticmethod
+    def configure_optimizers(module: Module, optimizer: Any, lr_scheduler: Any = None) -> Any:
+        """Override to change what ``--optimizer``/``--lr_scheduler`` make ``configure_optimizers`` return."""
+        return optimizers.configure_optimizers(module, optimizer, lr_scheduler)
+
+    def _add_configure_optimizers_method_to_model(self) -> None:
+        """With ``--optimizer`` given (an AUTOMATIC group), the model's optimizers come from it."""
+        if not self.auto_configure_optimizers:
+            return
+        parser = self._parser(self.subcommand)
+        optimizer_keys = optimizers.automatic_keys(parser.optimizers, optimizers.Optimizer)
+        scheduler_keys = optimizers.automatic_keys(parser.lr_schedulers, optimizers.LR_SCHEDULER_TYPES)
+        if len(optimizer_keys) > 1 or len(scheduler_keys) > 1:
+            automatic = optimizer_keys + scheduler_keys
+            raise ValueError(
+                f"at most one optimizer and one LR scheduler group can be AUTOMATIC; got {automatic}: give the "
+                "others a link_to and write configure_optimizers yourself."
+            )
+        if not optimizer_keys:
+            return
+        optimizer_init = self._group_init(parser.optimizers, optimizer_keys[0])
+        if optimizer_init is None:  # no --optimizer: the model's configure_optimizers stays
+            return
+        scheduler_init = self._group_init(parser.lr_schedulers, scheduler_keys[0]) if scheduler_keys else None
+        try:
+            optimizers.replace_configure_optimizers(
+                self.model, optimizer_init, scheduler_init, self.configure_optimizers, type(self).__name__
+            )
+        except (ValueError, TypeError) as err:
+            parser.usage_error("could not build --optimizer/--lr_scheduler", err)
+
+    def _group_init(self, groups: dict[str, Any], key: str) -> dict[str, Any] | None:
+        return optimizers.with_class_path(groups[key][0], self._get(self.config_init, key))
+
+    # ---- running ---------------------------------------------------------------------------
+    def run(self) -> Any:
+        """``before_<subcommand>``, the subcommand, ``after_<subcommand>``; validate/test print their metrics."""
+        name = self.subcommand
+        if name is None:
+            raise RuntimeError("run() needs a subcommand: this CLI was built with run=False and no subcommand.")
+        getattr(self, f"before_{name}")()
+        method = getattr(self, name, None) or getattr(self.trainer, name)  # a subclass may define fit() etc.
+        try:
+            result = method(self.model, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
+        except ConfigExistsError as err:
+            self._parser(name).error(str(err))
+        if name in ("validate", "test") and self.trainer.is_global_zero:
+            for metrics in result:
+                print("\n".join(f"{k}: {v:.6g}" for k, v in sorted(metrics.items())), flush=True)
+        getattr(self, f"after_{name}")()
+        return result
+
+    def before_fit(self) -> None:
+        """Override to run code just before ``Trainer.fit``."""
+
+    def after_fit(self) -> None:
+        """Override to run code after ``Trainer.fit`` returns (e.g. test the best checkpoint)."""
+
+    def before_validate(self) -> None:
+        """Override to run code just before ``Trainer.validate``."""
+
+    def after_validate(self) -> None:
+        """Override to run code after ``Trainer.validate`` returns."""
+
+    def before_test(self) -> None:
+        """Override to run code just before ``Trainer.test``."""
+
+    def after_test(self) -> None:
+        """Override to run code after ``Trainer.test`` returns."""
+
+    def before_predict(self) -> None:
+        """Override to run code just before ``Trainer.predict``."""
+
+    def after_predict(self) -> None:
+        """Override to run code after ``Trainer.predict`` returns."""
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _parser(self, subcommand: str | None) -> ArgumentParser:
+        """The parser holding the flags: the subcommand's, or the only one when run=False."""
+        return self.parser if subcommand is None else self.parsers[subcommand]
+
+    def _subconfig(self, config: Namespace) -> Namespace:
+        return config if self.subcommand is None else config[self.subcommand]
+
+    def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
+        return self._subconfig(config).get(key, default)
+
+    def _check_ckpt_path(self) -> None:
+        if self.ckpt_path not in (None, "last") and not Path(self.ckpt_path).is_file():
+            self._parser(self.subcommand).error(
+                f'--ckpt_path {self.ckpt_path}: no such file (give a checkpoint file or "last").'
+            )
+
+
+def _starts_with_subcommand(args: list[str] | dict[str, Any] | Namespace | None) -> bool:
+    argv = sys.argv[1:] if args is None else args
+    return isinstance(argv, list) and bool(argv) and argv[0] in SUBCOMMANDS
+
+
+def _exported_seed() -> int:
+    """The seed a parent process or an earlier ``seed_everything`` exported, else 0 (Lightning 2.x's rule)."""
+    for name in _SEED_VARS:
+        if name in os.environ:
+            try:
+                return int(os.environ[name])
+            except ValueError:
+                raise ValueError(f"{name}={os.environ[name]!r} is not an integer seed.") from None
+    return 0
+
+
+def _as_list(callbacks: Callback | Iterable[Callback] | None) -> list[Callback]:
+    if callbacks is None:
+        return []
+    return [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``steadytrain`` console script and ``python -m trainer``: classes come by import path."""
+    CLI(args=args)
