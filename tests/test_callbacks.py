@@ -51,7 +51,7 @@ class Recorder(trainer.Callback):
     def on_train_batch_end(
         self, trainer: trainer.Trainer, module: trainer.Module, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        assert isinstance(outputs, torch.Tensor) and outputs.dim() == 0
+        assert isinstance(outputs, dict) and outputs["loss"].dim() == 0  # Lightning's {"loss": ...}
         self.calls.append(("on_train_batch_end", batch_idx))
 
     def on_before_optimizer_step(self, trainer: trainer.Trainer, module: trainer.Module, optimizer: Any) -> None:
@@ -118,12 +118,12 @@ def test_validate_and_exception_hooks(tmp_path: Path) -> None:
     rec = Recorder()
     quiet(tmp_path, callbacks=[rec]).validate(Regressor(), data(8))
     assert rec.calls == [
-        ("setup", "validation"),
+        ("setup", "validate"),
         ("on_validation_epoch_start",),
         ("on_validation_batch_end", 0),
         ("on_validation_batch_end", 1),
         ("on_validation_epoch_end",),
-        ("teardown", "validation"),
+        ("teardown", "validate"),
     ]
 
     class Boom(Regressor):
@@ -136,7 +136,7 @@ def test_validate_and_exception_hooks(tmp_path: Path) -> None:
     assert rec.calls[-2:] == [("on_exception", "RuntimeError"), ("teardown", "fit")]
 
 
-def test_module_hooks_run_before_callback_hooks(tmp_path: Path) -> None:
+def test_callback_hooks_run_before_module_hooks_as_in_lightning(tmp_path: Path) -> None:
     order: list[str] = []
 
     class Hooked(Regressor):
@@ -148,10 +148,10 @@ def test_module_hooks_run_before_callback_hooks(tmp_path: Path) -> None:
             order.append("callback")
 
     quiet(tmp_path, max_epochs=2, callbacks=[Cb()]).fit(Hooked(), data(8))
-    assert order == ["module", "callback"] * 2
+    assert order == ["callback", "module"] * 2
 
 
-def test_per_batch_module_hooks_run_before_callbacks_with_their_arguments(tmp_path: Path) -> None:
+def test_per_batch_callback_hooks_run_before_the_module_with_their_arguments(tmp_path: Path) -> None:
     order: list[tuple[str, ...]] = []
 
     class Hooked(Regressor):
@@ -159,7 +159,7 @@ def test_per_batch_module_hooks_run_before_callbacks_with_their_arguments(tmp_pa
             order.append(("module start", str(batch_idx), str(len(batch[0]))))
 
         def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-            order.append(("module end", str(batch_idx), str(outputs.requires_grad)))
+            order.append(("module end", str(batch_idx), str(outputs["loss"].requires_grad)))
 
     class Cb(trainer.Callback):
         def on_train_batch_start(self, trainer: trainer.Trainer, module: trainer.Module, batch: Any, idx: int) -> None:
@@ -170,7 +170,7 @@ def test_per_batch_module_hooks_run_before_callbacks_with_their_arguments(tmp_pa
     module.on_before_optimizer_step = lambda optimizer: order.append(("instance", type(optimizer).__name__))  # type: ignore[method-assign]
     quiet(tmp_path, max_epochs=1, callbacks=[Cb()]).fit(module, data(8))  # batches of 4: two steps
     per_batch = [
-        [("module start", i, "4"), ("callback start", i), ("instance", "SGD"), ("module end", i, "True")]
+        [("callback start", i), ("module start", i, "4"), ("instance", "SGD"), ("module end", i, "False")]
         for i in ("0", "1")
     ]
     assert order == per_batch[0] + per_batch[1]
@@ -210,7 +210,7 @@ def test_top_k_keeps_the_best_two_and_deletes_the_rest(tmp_path: Path, mode: str
         assert len(state["best_k_models"]) <= 2
         assert str(folder / name) in state["best_k_models"]
     last = torch.load(folder / "last.ckpt", weights_only=True)
-    assert last["loop"]["global_step"] == 10
+    assert last["global_step"] == 10
     assert set(last["callbacks"]["ModelCheckpoint[score]"]["best_k_models"]) == set(cb.best_k_models)
 
 
@@ -223,7 +223,7 @@ def test_save_last_only(tmp_path: Path) -> None:
     assert ckpt_names(folder) == {"last.ckpt"}
     assert cb.last_model_path == str(folder / "last.ckpt")
     last = torch.load(folder / "last.ckpt", weights_only=True)
-    assert last["loop"]["global_step"] == 4 and last["loop"]["epoch"] == 1
+    assert last["global_step"] == 4 and last["epoch"] == 1
     for name, value in module.state_dict().items():
         assert torch.equal(last["state_dict"][name], value)
 
@@ -247,8 +247,8 @@ def test_every_n_train_steps(tmp_path: Path, accumulate: int, every: int, expect
     for name in expected:
         step = int(re.search(r"step=(\d+)", name)[1])  # type: ignore[index]
         ckpt = torch.load(folder / name, weights_only=True)
-        assert ckpt["loop"]["global_step"] == step
-        assert ckpt["loop"]["batches_done"] % accumulate == 0  # saved at a step boundary
+        assert ckpt["global_step"] == step
+        assert ckpt["loops"]["fit"]["batches_done"] % accumulate == 0  # saved at a step boundary
 
 
 def test_filename_with_a_metric_format(tmp_path: Path) -> None:
@@ -264,8 +264,9 @@ def test_filename_with_a_metric_format(tmp_path: Path) -> None:
     quiet(tmp_path, max_epochs=3, callbacks=[cb], enable_checkpointing=True).fit(
         Scored([0.5, 0.25, 0.125]), data(8), data(8)
     )
-    assert ckpt_names(folder) == {"0-0.50.ckpt", "1-0.25.ckpt", "2-0.12.ckpt"}
-    assert cb.best_model_path == str(folder / "0-0.50.ckpt")
+    # Lightning's auto_insert_metric_name: {epoch} becomes epoch=<value>
+    assert ckpt_names(folder) == {"epoch=0-score=0.50.ckpt", "epoch=1-score=0.25.ckpt", "epoch=2-score=0.12.ckpt"}
+    assert cb.best_model_path == str(folder / "epoch=0-score=0.50.ckpt")
 
 
 def test_missing_monitor_names_the_logged_keys(tmp_path: Path) -> None:
@@ -291,7 +292,7 @@ def test_missing_filename_metric_is_named(tmp_path: Path) -> None:
     [
         (dict(mode="best"), r"mode='best'\): choose 'min' or 'max'"),
         (dict(save_top_k=-2), r"save_top_k=-2\) must be -1 \(all\), 0 or more"),
-        (dict(every_n_train_steps=0), r"every_n_train_steps=0\) must be >= 1 or None"),
+        (dict(every_n_train_steps=-1), r"every_n_train_steps=-1\) must be >= 0 or None"),
     ],
 )
 def test_model_checkpoint_bad_arguments(kwargs: dict[str, Any], pattern: str) -> None:
@@ -335,7 +336,7 @@ def test_early_stopping_waits_for_validation(tmp_path: Path) -> None:
     es = trainer.EarlyStopping(monitor="score", mode="min", patience=1)
     fit = quiet(tmp_path, max_epochs=8, callbacks=[es], check_val_every_n_epoch=2)
     fit.fit(Scored(scores), data(8), data(8))
-    assert es.stopped_epoch is None and fit.current_epoch == 8
+    assert es.stopped_epoch == 0 and fit.current_epoch == 8  # Lightning's 0: never stopped
     assert es.best_score == 2.0
 
 
@@ -352,7 +353,7 @@ def test_early_stopping_state_round_trips(tmp_path: Path) -> None:
     cb = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", save_top_k=0)
     quiet(tmp_path, max_epochs=4, callbacks=[es, cb], enable_checkpointing=True).fit(Scored(scores), data(8), data(8))
     state = es.state_dict()
-    assert state == {"wait_count": 2, "best_score": 4.0, "stopped_epoch": None}
+    assert state == {"wait_count": 2, "best_score": 4.0, "stopped_epoch": 0, "patience": 3}
     saved = torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)["callbacks"]
     assert saved[es.state_key] == state
 

@@ -18,7 +18,6 @@ import pytest
 import torch
 from torch import nn
 
-from trainer import checkpoint as ckpt
 from trainer.checkpoint import (
     CheckpointError,
     clean_stale_temporaries,
@@ -30,6 +29,7 @@ from trainer.checkpoint import (
     strip_prefixes,
     to_safe,
 )
+from trainer.checkpoint import io as ckpt
 
 REPO = Path(__file__).resolve().parents[1]
 

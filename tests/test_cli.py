@@ -58,7 +58,7 @@ def test_optimizer_and_scheduler_chosen_on_the_command_line_are_used(fitted: Pat
     report = json.loads((fitted / "report.rank0.json").read_text())
     assert report == {"optimizer": "SGD", "lr": 0.1, "scheduler": ["StepLR"], "world_size": 1}
     checkpoint = load_checkpoint(run_folder(fitted / "runs") / "checkpoints" / "last.ckpt")
-    assert checkpoint["optimizers"][0]["param_groups"][0]["lr"] == pytest.approx(0.01)  # 0.1, one StepLR step
+    assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.01)  # 0.1, one StepLR step
 
 
 def test_config_yaml_checkpoint_and_logger_hold_the_same_config(fitted: Path) -> None:
@@ -188,7 +188,8 @@ def test_help_comes_from_docstrings_and_types(capsys: pytest.CaptureFixture[str]
     out = " ".join(capsys.readouterr().out.split())
     assert "Width of the hidden layer. (type: int, default: 8)" in out
     assert (
-        "--trainer.max_epochs MAX_EPOCHS stop after this many epochs (default 1000 unless max_steps is set). "
+        "--trainer.max_epochs MAX_EPOCHS stop after this many epochs "
+        "(default 1000 unless max_steps is set; -1: no limit). "
         "(type: int | null, default: null)"
     ) in out
 
@@ -388,7 +389,7 @@ def test_lightning_cli_script_runs_with_only_its_imports_changed(tmp_path: Path)
     assert saved["seed_everything"] == 1234 and saved["trainer"]["limit_train_batches"] == 2  # trainer_defaults
     assert saved["early_stopping"]["patience"] == 5 and "num_features" not in saved["model"]  # a link target
     checkpoint = load_checkpoint(folder / "checkpoints" / "last.ckpt")
-    assert checkpoint["hparams"] == {"num_features": 2, "num_classes": 3, "hidden": 6, "lr": 0.2}
+    assert checkpoint["hyper_parameters"] == {"num_features": 2, "num_classes": 3, "hidden": 6, "lr": 0.2}
     assert {"EarlyStopping[val_loss]", "ModelCheckpoint[val_loss]"} <= set(checkpoint["callbacks"])
 
 

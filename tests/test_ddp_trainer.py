@@ -100,4 +100,4 @@ def test_every_trainer_method_works_after_fit_in_the_same_process(tmp_path: Path
         assert result["second_fit_steps"] > 0
     assert ranks[0]["predicted"] + ranks[1]["predicted"] == 101
     checkpoint = torch.load(tmp_path / "after-fit.ckpt", weights_only=True)
-    assert checkpoint["loop"]["global_step"] == 3 * 4  # 3 epochs of 128 samples at 2 ranks x 16
+    assert checkpoint["global_step"] == 3 * 4  # 3 epochs of 128 samples at 2 ranks x 16

@@ -45,7 +45,7 @@ class CountingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         (dict(strategy="fsdp9"), ["'fsdp9'", "single", "ddp"]),
         (dict(precision="8-bit"), ["'8-bit'", "32-true", "16-mixed", "bf16-mixed"]),
         (dict(precision=64), ["64", "32-true"]),
-        (dict(max_epochs=-1), ["max_epochs=-1", ">= 0"]),
+        (dict(max_epochs=-2), ["max_epochs=-2", ">= 0, -1 (no limit)"]),
         (dict(max_steps=-2), ["max_steps=-2", "-1"]),
         (dict(accumulate_grad_batches=0), ["accumulate_grad_batches=0", ">= 1"]),
         (dict(gradient_clip_algorithm="foo"), ["'foo'", "norm", "value"]),
@@ -208,22 +208,23 @@ def test_bad_configure_optimizers_is_explained(
     assert ds.fetched == 0
 
 
-def test_a_tuple_of_two_optimizers_is_two_optimizers(tmp_path: Path) -> None:
-    """``(opt1, opt2)`` must not be read as (optimizer, scheduler): both optimizers step every batch."""
-    made: list[torch.optim.Optimizer] = []
+def test_a_tuple_of_two_optimizers_is_two_optimizers_and_automatic_optimization_refuses_them(
+    tmp_path: Path,
+) -> None:
+    """``(opt1, opt2)`` is two optimizers, not (optimizer, scheduler); automatic optimization steps one
+    optimizer on one loss, so two are refused before any step (before, both stepped on the same loss)."""
+    from trainer.optim import parse_optimizers
 
-    def two(m: torch.nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
-        first = torch.optim.SGD(m.net[0].parameters(), lr=0.1)  # type: ignore[index]
-        second = torch.optim.SGD(m.net[3].parameters(), lr=0.1)  # type: ignore[index]
-        made.extend([first, second])
-        return first, second
+    module = Regressor()
+    first = torch.optim.SGD(module.net[0].parameters(), lr=0.1)  # type: ignore[index]
+    second = torch.optim.SGD(module.net[3].parameters(), lr=0.1)  # type: ignore[index]
+    assert parse_optimizers((first, second)) == ([first, second], [])
 
-    module = ReturnsFromConfigure(two)
-    fit = quiet(tmp_path)
+    module = ReturnsFromConfigure(lambda m: (torch.optim.SGD(m.parameters(), lr=0.1),) * 2)
     before = params(module)
-    fit.fit(module, loader(regression_data(16), batch_size=4))
-    assert fit.optimizers == made and fit.lr_schedulers == []
-    assert all(not torch.equal(a, b) for a, b in zip(before, params(module)))
+    with pytest.raises(ValueError, match=r"returned 2 optimizers, but automatic optimization steps one"):
+        quiet(tmp_path).fit(module, loader(regression_data(16), batch_size=4))
+    assert all(torch.equal(a, b) for a, b in zip(before, params(module)))
 
 
 # ---- what training_step returns ----------------------------------------------------------------
@@ -439,11 +440,13 @@ def test_log_with_bad_reduce_fx(tmp_path: Path) -> None:
 
 def test_deferred_nonfinite_check_raises_with_the_first_bad_step(tmp_path: Path) -> None:
     """The sync-free path used on accelerators records the first bad step on the device."""
-    from trainer.loops import check_nonfinite
+    from trainer.loops.progress import Progress
+    from trainer.loops.training import AutomaticStep
 
-    fit = quiet(tmp_path)
-    fit.first_nonfinite_step = torch.tensor(-1)
-    check_nonfinite(fit)  # nothing bad recorded: no error
-    fit.first_nonfinite_step = torch.tensor(7)
-    with pytest.raises(FloatingPointError, match="global step 7"):
-        check_nonfinite(fit)
+    step = AutomaticStep.__new__(AutomaticStep)
+    step.progress = Progress(epoch=2)
+    step.first_nonfinite_step = torch.tensor(-1)
+    step.check_nonfinite()  # nothing bad recorded: no error
+    step.first_nonfinite_step = torch.tensor(7)
+    with pytest.raises(FloatingPointError, match="epoch 2, global step 7"):
+        step.check_nonfinite()

@@ -80,7 +80,7 @@ def test_a_full_disk_names_the_file_and_free_space_and_keeps_earlier_checkpoints
         assert f"could not write checkpoint {small}" in message and "KiB free" not in message
         assert "MiB free" in message and "Earlier checkpoints are untouched" in message
         assert (small / "last.ckpt").read_bytes() == before
-        assert load_checkpoint(small / "last.ckpt")["loop"]["global_step"] == 4
+        assert load_checkpoint(small / "last.ckpt")["global_step"] == 4
         assert not [p for p in small.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 

@@ -132,14 +132,19 @@ def test_validate_test_predict_on_lists_of_batches(tmp_path: Path) -> None:
     assert_bitwise_equal(fit.predict(module, Stream(as_list)), expected)
 
 
+class TwoLoaders(Evaluated):
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        super().validation_step(batch, batch_idx)
+
+
 def test_a_list_of_loaders_still_means_several_loaders(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    module, fit = Evaluated(), quiet(tmp_path)
+    module, fit = TwoLoaders(), quiet(tmp_path)
     whole = fit.validate(module, loader(regression_data(32), batch_size=8))[0]["val_loss"]
-    halves = [batches(32)[:2], batches(32)[2:]]
-    assert fit.validate(module, halves)[0]["val_loss"] == pytest.approx(whole, rel=1e-6)
-    data_loaders = [loader(regression_data(32)), loader(regression_data(32, seed=1))]
-    assert fit.validate(module, data_loaders)[0]["val_loss"] != pytest.approx(whole)
+    first, second = batches(32)[:2], batches(32)[2:]
+    per_loader = fit.validate(module, [first, second])  # two loaders of plain batches, each its own metric
+    both = (per_loader[0]["val_loss/dataloader_idx_0"] * 16 + per_loader[1]["val_loss/dataloader_idx_1"] * 16) / 32
+    assert both == pytest.approx(whole, rel=1e-6)
 
 
 # ---- exact resume -------------------------------------------------------------------------------
@@ -147,7 +152,11 @@ def resume_run(tmp_path: Path, make: Any, ckpt: Path | None = None) -> tuple[lis
     torch.manual_seed(0)
     module = Regressor(dropout=0.2, lr=0.01, adam=True)  # dropout: the global RNG matters
     every_step = trainer.ModelCheckpoint(
-        dirpath=tmp_path / "ckpts", filename="step{step}", save_top_k=-1, every_n_train_steps=1
+        dirpath=tmp_path / "ckpts",
+        filename="step{step}",
+        auto_insert_metric_name=False,
+        save_top_k=-1,
+        every_n_train_steps=1,
     )
     fit = quiet(tmp_path, max_epochs=3, enable_checkpointing=True, callbacks=[every_step])
     fit.fit(module, make(), [batches(16, seed=1)], ckpt_path=ckpt)

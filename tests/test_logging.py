@@ -185,7 +185,7 @@ def test_log_rejects_non_scalars(tmp_path: Path) -> None:
             self.log("v", batch[0])
             return super().training_step(batch, batch_idx)
 
-    with pytest.raises(ValueError, match=r"self\.log expects a scalar, got a tensor of shape \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"self\.log\('v'\) expects a scalar, got a tensor of shape \(4, 8\)"):
         quiet(tmp_path).fit(Vector(), loader(ten(), batch_size=4))
 
 
@@ -367,4 +367,4 @@ def test_datamodule(tmp_path: Path) -> None:
     assert fit.validate(module, datamodule=dm)[0].keys() == {"val_loss"}
     assert fit.test(module, datamodule=dm)[0]["test_count"] == 16.0
     assert len(fit.predict(module, datamodule=dm)) == 2
-    assert dm.stages == ["fit", "fit", "validation", "test", "predict"]
+    assert dm.stages == ["fit", "fit", "validate", "test", "predict"]

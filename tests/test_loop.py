@@ -140,7 +140,8 @@ def test_last_loss_is_detached_and_no_graph_outlives_the_fit(tmp_path: Path) -> 
     fit.fit(Peek(), loader(regression_data(n=32)))
     assert seen == [False, False, False]
     assert fit.last_loss is not None and fit.last_loss.grad_fn is None
-    assert fit.step_loss is not None and fit.step_loss.grad_fn is None  # released at the end of fit
+    kept = fit.fit_loop.step.step_loss  # type: ignore[union-attr]
+    assert kept is not None and kept.grad_fn is None  # released at the end of fit
 
 
 def test_a_custom_forward_context_wraps_every_training_and_validation_step(tmp_path: Path) -> None:

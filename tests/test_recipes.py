@@ -106,7 +106,7 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
     assert 0.0 <= dice <= 1.0
     last = Path(printed(r"^checkpoints\s+: .* \(last: (.+)\)$", out))
     assert last.is_file() and last.name == "last.ckpt"
-    assert load_checkpoint(last)["loop"]["global_step"] == 3  # limit_train_batches
+    assert load_checkpoint(last)["global_step"] == 3  # limit_train_batches
 
     run = tmp / "runs" / "default" / "version_0"
     assert last.parent == run / "checkpoints"
@@ -132,7 +132,7 @@ def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytes
     run_in_process(unet_carvana.main, ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "1")], tmp_path)
     run = tmp_path / "runs" / "default" / "version_0"
     last = run / "checkpoints" / "last.ckpt"
-    assert load_checkpoint(last)["loop"]["global_step"] == 3
+    assert load_checkpoint(last)["global_step"] == 3
 
     out = run_in_process(
         unet_carvana.main,
@@ -141,7 +141,7 @@ def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytes
     )
     assert "validation dice" in out
     state = load_checkpoint(last)
-    assert (state["loop"]["epoch"], state["loop"]["global_step"]) == (1, 6)
+    assert (state["epoch"], state["global_step"]) == (1, 6)
     assert (run / "checkpoints" / "epoch=1-step=6.ckpt").is_file()
     assert (run / "samples" / "epoch001.png").is_file()
     # The resumed run kept writing to the first run's metrics: epoch 0 rows, then epoch 1 rows.
@@ -153,7 +153,7 @@ def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytes
     run_in_process(
         unet_carvana.main, ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "3", "--ckpt_path", "last")], tmp_path
     )
-    assert load_checkpoint(last)["loop"]["global_step"] == 9
+    assert load_checkpoint(last)["global_step"] == 9
 
 
 def test_unet_resumed_fit_writes_its_config_to_the_run_it_continues(
@@ -315,7 +315,7 @@ def test_shufflenet_fit_prints_validation_accuracy(
     assert forward_dtypes and set(forward_dtypes) == {dtype}  # bf16-mixed really ran under autocast
     run = tmp_path / "runs" / "default" / "version_0"
     state = load_checkpoint(run / "checkpoints" / "last.ckpt")
-    assert state["loop"]["global_step"] == 3
+    assert state["global_step"] == 3
     assert all(v.dtype == torch.float32 for k, v in state["state_dict"].items() if v.is_floating_point())
     rows = read_metrics(run / "metrics.csv")
     assert any(r["val_acc"] for r in rows)
@@ -334,8 +334,8 @@ def test_unet_fit_under_two_rank_ddp(tmp_path: Path) -> None:
     assert run_folders(tmp_path / "runs") == ["version_0"]  # rank 1 made no folder of its own
     run = tmp_path / "runs" / "default" / "version_0"
     state = load_checkpoint(run / "checkpoints" / "last.ckpt")
-    assert state["loop"]["world_size"] == 2
-    assert state["loop"]["global_step"] == 3  # 22 training images / (4 per rank x 2 ranks) -> 3 batches
+    assert state["loops"]["data"]["world_size"] == 2
+    assert state["global_step"] == 3  # 22 training images / (4 per rank x 2 ranks) -> 3 batches
     assert {"train_loss", "val_dice"} <= read_metrics(run / "metrics.csv")[0].keys()
     assert (run / "samples" / "epoch000.png").is_file() and (run / "config.yaml").is_file()
     files = sorted(p.name for p in (tmp_path / "carvana").rglob("*") if p.is_file())
@@ -351,5 +351,5 @@ def test_shufflenet_fit_under_two_rank_ddp(tmp_path: Path) -> None:
     assert proc.stdout.count("validation accuracy") == 1
     assert run_folders(runs) == ["version_0"]
     state = load_checkpoint(runs / "default" / "version_0" / "checkpoints" / "last.ckpt")
-    assert state["loop"]["world_size"] == 2
-    assert state["loop"]["global_step"] == 2  # 64 images / (16 per rank x 2 ranks): each rank got half
+    assert state["loops"]["data"]["world_size"] == 2
+    assert state["global_step"] == 2  # 64 images / (16 per rank x 2 ranks): each rank got half

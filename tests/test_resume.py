@@ -34,7 +34,11 @@ def run(
     base = regression_data(n=56)
     ds = NoisyDataset(base) if noisy else base
     every_step = trainer.ModelCheckpoint(
-        dirpath=tmp_path / "ckpts", filename="step{step}", save_top_k=-1, every_n_train_steps=1
+        dirpath=tmp_path / "ckpts",
+        filename="step{step}",
+        auto_insert_metric_name=False,
+        save_top_k=-1,
+        every_n_train_steps=1,
     )
     fit = trainer.Trainer(
         accelerator="cpu",

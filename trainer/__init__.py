@@ -18,8 +18,8 @@ from trainer.datamodule import DataModule
 from trainer.module import Module
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
+from trainer.version import __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "Callback",
     "DataModule",

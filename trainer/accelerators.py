@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any
 
 import torch
 
@@ -106,8 +105,3 @@ def select_strategy(
     instance = cls()
     instance.configure(accelerator, indices, num_nodes, collective_timeout)
     return instance
-
-
-def describe_device(accelerator: str, index: int) -> Any:
-    """``torch.device`` for an accelerator and index ("cpu" has no index)."""
-    return torch.device("cpu") if accelerator == "cpu" else torch.device(accelerator, index)

@@ -1,4 +1,4 @@
-"""``DataModule``: the data side of a run, so a CLI can build it from flags."""
+"""``DataModule``: the data side of a run (Lightning's ``LightningDataModule``), so a CLI can build it from flags."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ from typing import Any
 class DataModule:
     """Override ``setup`` and the ``*_dataloader`` methods you need; ``fit`` accepts it.
 
-    ``setup(stage)`` is called on every rank before its loaders are asked for; stage is
-    "fit", "validation", "test" or "predict".
+    ``setup(stage)`` is called on every rank before its loaders are asked for; stage is "fit",
+    "validate", "test" or "predict". The batch-transfer hooks, where overridden, win over the
+    module's.
     """
 
     def prepare_data(self) -> None:
-        """Download or generate data once: global rank zero runs it while the others wait."""
+        """Download or generate data once per machine: local rank zero runs it while the others wait."""
 
     def setup(self, stage: str) -> None:
         """Build datasets (every rank calls this)."""
+
+    def teardown(self, stage: str) -> None:
+        """Every rank, at the end of ``stage``."""
 
     def train_dataloader(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no train_dataloader().")
@@ -29,3 +33,24 @@ class DataModule:
 
     def predict_dataloader(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader().")
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        from trainer.data import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A stage failed with ``exception``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this DataModule."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass

@@ -1,10 +1,16 @@
-"""``Module``: the user's model plus the steps and hooks the Trainer calls."""
+"""``Module``: the user's model plus the steps and hooks the Trainer calls, with Lightning's names.
+
+Every hook is a no-op here; the loops call only those a module (or a callback) overrides, so a
+plain module pays nothing for them. The overridable steps (``backward``, ``optimizer_step``,
+``optimizer_zero_grad``, ``configure_gradient_clipping``, ``lr_scheduler_step``,
+``transfer_batch_to_device``) do what the Trainer does without them.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +20,7 @@ from torch import nn
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
-    from trainer.trainer import Trainer
+    from trainer.view import TrainerView
 
 _PRIMITIVES = (bool, int, float, str, type(None))
 
@@ -58,10 +64,11 @@ class Module(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         object.__setattr__(self, "_trainer", None)
+        object.__setattr__(self, "_automatic_optimization", True)
 
     # ---- what users define ---------------------------------------------------------------
-    # training_step(batch, batch_idx) -> loss tensor or {"loss": tensor, ...}
-    # validation_step / test_step / predict_step(batch, batch_idx)
+    # training_step(batch, batch_idx) -> loss tensor, {"loss": tensor, ...}, or None (manual optimization)
+    # validation_step / test_step / predict_step(batch, batch_idx[, dataloader_idx])
     # configure_optimizers() -> optimizer | [optimizers] | (optimizers, schedulers) | dict
 
     def configure_optimizers(self) -> Any:
@@ -70,20 +77,191 @@ class Module(nn.Module):
             "them, (optimizers, schedulers) or {'optimizer': ..., 'lr_scheduler': ...}."
         )
 
-    # ---- hooks (no-ops) ------------------------------------------------------------------
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """By default the module's ``forward`` on the batch, as in Lightning."""
+        return self(batch)
+
+    def configure_callbacks(self) -> Sequence[Any] | Any:
+        """Callbacks this module needs; one of a type already given to the Trainer replaces it."""
+        return []
+
+    def configure_model(self) -> None:
+        """Build (large) layers here: called once per stage, before the strategy places the module."""
+
+    # ---- set-up and teardown -------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Download or write data once per machine (local rank 0; the other ranks wait)."""
+
+    def setup(self, stage: str) -> None:
+        """Every rank, at the start of ``stage`` ("fit", "validate", "test" or "predict")."""
+
+    def teardown(self, stage: str) -> None:
+        """Every rank, at the end of ``stage``."""
+
+    # ---- hooks around stages, epochs and batches (no-ops) ------------------------------------------
     def on_fit_start(self) -> None: ...
     def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_test_start(self) -> None: ...
+    def on_test_end(self) -> None: ...
+    def on_predict_start(self) -> None: ...
+    def on_predict_end(self) -> None: ...
     def on_train_epoch_start(self) -> None: ...
     def on_train_epoch_end(self) -> None: ...
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
     def on_validation_epoch_start(self) -> None: ...
     def on_validation_epoch_end(self) -> None: ...
     def on_test_epoch_start(self) -> None: ...
     def on_test_epoch_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        """Return -1 to end the epoch here."""
+        return None
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+    # ---- the module's mode around evaluation ---------------------------------------------------------
+    def on_validation_model_zero_grad(self) -> None:
+        """Before a validation inside fit: free the gradients (not inside an accumulation window)."""
+        self.zero_grad(set_to_none=True)
+
+    def on_validation_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.trainer.model.train()
+
+    def on_test_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def on_test_model_train(self) -> None:
+        self.trainer.model.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def on_predict_model_train(self) -> None:
+        self.trainer.model.train()
+
+    # ---- overridable steps ---------------------------------------------------------------------------
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move every tensor (or object with ``.to``) of the batch to ``device``."""
+        from trainer.data import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward pass (``loss`` is already scaled under fp16)."""
+        loss.backward(*args, **kwargs)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        optimizer.zero_grad()
+
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable[[], Any] | None = None
+    ) -> None:
+        """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward (call it)."""
+        optimizer.step(closure=optimizer_closure)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip before each step; by default with the Trainer's ``gradient_clip_val``/``_algorithm``."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step a scheduler when its interval and frequency say so (``metric`` for ReduceLROnPlateau)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    # ---- optimization helpers --------------------------------------------------------------------------
+    @property
+    def automatic_optimization(self) -> bool:
+        """False: ``training_step`` calls backward and steps the optimizers itself (``manual_backward``)."""
+        return bool(self.__dict__.get("_automatic_optimization", True))
+
+    @automatic_optimization.setter
+    def automatic_optimization(self, value: bool) -> None:
+        object.__setattr__(self, "_automatic_optimization", bool(value))
+
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer, or a list of them; their ``step`` runs through precision and strategy."""
+        optimization = self._optimization()
+        found = optimization.wrapped if use_pl_optimizer else optimization.optimizers
+        return found[0] if len(found) == 1 else list(found)
+
+    def lr_schedulers(self) -> Any:
+        """The LR scheduler, a list of them, or None."""
+        schedulers = [config.scheduler for config in self._optimization().lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` with the Trainer's loss scaling and the backward hooks."""
+        self._optimization().backward(loss, *args, **kwargs)
+
+    def clip_gradients(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip ``optimizer``'s gradients ("norm", the default, or "value") at their true scale."""
+        self._optimization().clip_gradients(_unwrap(optimizer), gradient_clip_val, gradient_clip_algorithm)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``; the others are frozen."""
+        own = {id(p) for group in _unwrap(optimizer).param_groups for p in group["params"]}
+        saved: dict[int, bool] = {}
+        for other in self._optimization().optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    if id(param) not in own and id(param) not in saved:
+                        saved[id(param)] = param.requires_grad
+                        param.requires_grad = False
+        object.__setattr__(self, "_toggled", saved)
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Give the parameters ``toggle_optimizer`` froze back their ``requires_grad``."""
+        saved: dict[int, bool] = self.__dict__.get("_toggled", {})
+        for param in self.parameters():
+            if id(param) in saved:
+                param.requires_grad = saved[id(param)]
+        object.__setattr__(self, "_toggled", {})
+
+    def _optimization(self) -> Any:
+        optimization = self.trainer.fit_loop.optimization
+        if optimization is None:
+            raise RuntimeError(f"{type(self).__name__} has no optimizers yet: they exist during Trainer.fit().")
+        return optimization
 
     # ---- facts about the run -------------------------------------------------------------
     @property
@@ -92,17 +270,17 @@ class Module(nn.Module):
         return dict(self.__dict__.get("_hparams", {}))
 
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> TrainerView:
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call Trainer.fit(module) first.")
-        return trainer
+        return trainer  # type: ignore[no-any-return]
 
     @property
     def device(self) -> torch.device:
         trainer = self.__dict__.get("_trainer")
         if trainer is not None:
-            return trainer.strategy.root_device
+            return trainer.strategy.root_device  # type: ignore[no-any-return]
         param = next(self.parameters(), None)
         return param.device if param is not None else torch.device("cpu")
 
@@ -131,24 +309,54 @@ class Module(nn.Module):
         self,
         name: str,
         value: float | torch.Tensor | Metric,
+        prog_bar: bool = False,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
-        prog_bar: bool = False,
-        logger: bool = True,
-        sync_dist: bool = False,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool | None = None,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
-        reduce_fx: str = "mean",
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
         """Record a value for the loggers, the progress bar and callbacks (e.g. ``monitor=``).
 
-        Training defaults to per step, evaluation to per epoch (a batch-size-weighted mean).
-        ``sync_dist`` reduces across ranks at the epoch end; a torchmetrics ``Metric`` is
-        computed (synced) and reset at each epoch end.
+        Lightning's signature. Training defaults to per step, evaluation to per epoch (a
+        batch-size-weighted mean). Epoch values are reduced across ranks by default
+        (``sync_dist=False`` keeps each rank's); ``rank_zero_only=True`` says only rank 0 logs it, so
+        it is not reduced. A torchmetrics ``Metric`` is computed (synced) and reset at each epoch
+        end. With several evaluation loaders the key gets ``/dataloader_idx_<i>`` unless
+        ``add_dataloader_idx=False``. ``metric_attribute`` is accepted and not needed here.
         """
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) needs a running Trainer (call it from a step or hook).")
-        trainer.results.log(name, value, on_step, on_epoch, prog_bar, logger, sync_dist, batch_size, reduce_fx)
+        if enable_graph:
+            raise ValueError(f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy.")
+        if sync_dist_group is not None:
+            raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over all ranks only.")
+        if rank_zero_only and sync_dist:
+            raise ValueError(f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other.")
+        if callable(reduce_fx):
+            reduce_fx = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(
+                reduce_fx,
+                repr(reduce_fx),  # type: ignore[call-overload]
+            )
+        trainer.metric_log.results.log(
+            name,
+            value,
+            on_step,
+            on_epoch,
+            prog_bar,
+            True if logger is None else logger,
+            False if rank_zero_only else sync_dist,
+            batch_size,
+            reduce_fx,
+            add_dataloader_idx,
+        )
 
     def log_dict(self, values: Mapping[str, float | torch.Tensor | Metric], **kwargs: Any) -> None:
         """``log`` each item (a torchmetrics ``MetricCollection`` works too)."""
@@ -172,7 +380,7 @@ class Module(nn.Module):
         from trainer.checkpoint import load_checkpoint, load_weights
 
         checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
-        params = {**checkpoint.get("hparams", {}), **overrides}
+        params = {**checkpoint.get("hyper_parameters", checkpoint.get("hparams", {})), **overrides}
         module = cls(**params)
         load_weights(module, checkpoint, strict=strict)
         return module
@@ -180,6 +388,11 @@ class Module(nn.Module):
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""
         return {k: v for k, v in self.hparams.items() if _is_primitive(v)}
+
+
+def _unwrap(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside what ``self.optimizers()`` returned."""
+    return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
 
 
 def _is_primitive(value: Any) -> bool:

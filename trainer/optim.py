@@ -12,21 +12,23 @@ from torch.optim import Optimizer
 _FORMS = (
     "an optimizer, a list of optimizers, (optimizers, schedulers), or "
     "{'optimizer': opt, 'lr_scheduler': sched | {'scheduler': sched, 'interval': 'epoch'|'step', "
-    "'frequency': n, 'monitor': name}}"
+    "'frequency': n, 'monitor': name, 'strict': bool, 'name': str}}"
 )
 
 
 @dataclass
 class SchedulerConfig:
-    """A scheduler and when to step it."""
+    """A scheduler and when to step it (Lightning's ``LRSchedulerConfig``)."""
 
     scheduler: Any
     interval: str = "epoch"
     frequency: int = 1
     monitor: str | None = None
+    strict: bool = True  # a missing monitored metric is an error (False: skip that step)
+    name: str | None = None
 
     @property
-    def needs_metric(self) -> bool:
+    def reduce_on_plateau(self) -> bool:
         return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
@@ -34,11 +36,19 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
     if isinstance(item, Mapping):
         if "scheduler" not in item:
             raise ValueError(f"an lr_scheduler dict needs a 'scheduler' key; got keys {sorted(item)}.")
+        unknown = set(item) - {"scheduler", "interval", "frequency", "monitor", "strict", "name"}
+        if unknown:
+            raise ValueError(
+                f"the lr_scheduler dict has unknown keys {sorted(unknown)}; it takes scheduler, interval, frequency, "
+                "monitor, strict and name."
+            )
         config = SchedulerConfig(
             item["scheduler"],
             item.get("interval", "epoch"),
             int(item.get("frequency", 1)),
             item.get("monitor"),
+            bool(item.get("strict", True)),
+            item.get("name"),
         )
     else:
         config = SchedulerConfig(item)
@@ -46,7 +56,7 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
         raise ValueError(f"lr_scheduler interval={config.interval!r}: choose 'epoch' or 'step'.")
     if config.frequency < 1:
         raise ValueError(f"lr_scheduler frequency={config.frequency!r} must be >= 1.")
-    if config.needs_metric and config.monitor is None:
+    if config.reduce_on_plateau and config.monitor is None:
         raise ValueError("ReduceLROnPlateau needs {'scheduler': ..., 'monitor': '<logged metric name>'}.")
     sched = config.scheduler
     if isinstance(sched, Optimizer) or not (hasattr(sched, "step") and hasattr(sched, "state_dict")):

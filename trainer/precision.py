@@ -39,15 +39,27 @@ class Precision:
 
         return in_context
 
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to call ``backward`` on (fp16 multiplies it by the scaler's factor)."""
+        return loss
+
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale before clipping or inspecting them."""
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Step one optimizer (the scaler may turn it into a no-op on overflow)."""
-        optimizer.step()
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """Step one optimizer (the scaler may turn it into a no-op on overflow).
+
+        ``closure`` computes the gradients (and runs the hooks due before a step); torch optimizers
+        call it themselves, which LBFGS needs, as it evaluates the loss several times.
+        """
+        if closure is None:
+            return optimizer.step(**kwargs)
+        return optimizer.step(closure=closure, **kwargs)
 
     def update(self) -> bool:
         """Called once after all optimizers stepped; False when the step was skipped (overflow)."""
@@ -76,6 +88,9 @@ class MixedPrecision(Precision):
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
     def backward(self, loss: torch.Tensor) -> None:
         if self.scaler is None:
             loss.backward()
@@ -87,12 +102,16 @@ class MixedPrecision(Precision):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any:
         if self.scaler is None:
-            optimizer.step()
-        elif _has_grads(optimizer):  # none when every batch of the window was skipped (non-finite loss)
-            self.scaler.step(optimizer)  # skips the step itself when grads hold inf/nan
+            return super().optimizer_step(optimizer, closure, **kwargs)
+        result = closure() if closure is not None else None  # GradScaler cannot pass a closure on
+        if _has_grads(optimizer):  # none when every batch of the window was skipped (non-finite loss)
+            self.scaler.step(optimizer, **kwargs)  # skips the step itself when grads hold inf/nan
             self._stepped = True
+        return result
 
     def update(self) -> bool:
         self._unscaled.clear()

@@ -1,13 +1,17 @@
-"""What ``self.log`` collects: per-step values, epoch aggregates and torchmetrics objects.
+"""What ``self.log`` collects in one stage: per-step values, epoch aggregates, torchmetrics objects.
 
-Epoch means are weighted by batch size and kept as running (sum, count) tensors, so a value
-logged with ``sync_dist=True`` is reduced once per epoch (sum the sums, sum the counts) and
-equals the single-device value whatever the number of ranks or uneven last batches.
+Epoch means are weighted by batch size and kept as running (sum, count) tensors. At the epoch end
+they are reduced across ranks (sum the sums, sum the counts) in one collective per reduction, so
+an epoch value equals the single-device value whatever the number of ranks or uneven last
+batches. Lightning reduces only with ``sync_dist=True`` and otherwise reports each rank's own
+mean; here ``sync_dist`` defaults to reducing epoch values (explicit ``False`` keeps them per
+rank) and step values only when asked.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +20,7 @@ import torch
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
-_REDUCE_FX = ("mean", "sum", "max", "min")
+REDUCE_FX = ("mean", "sum", "max", "min")
 
 
 @dataclass
@@ -24,7 +28,7 @@ class _EpochValue:
     """Running aggregate of one logged name over an epoch."""
 
     reduce_fx: str
-    sync_dist: bool
+    sync: bool
     total: torch.Tensor | None = None
     count: torch.Tensor | None = None
     metric: Any = None  # a torchmetrics Metric, computed at the epoch end
@@ -46,18 +50,9 @@ class _EpochValue:
         assert self.count is not None
         self.count += batch_size
 
-    def compute(self, strategy: Strategy) -> torch.Tensor:
-        if self.metric is not None:
-            value: torch.Tensor = self.metric.compute()
-            self.metric.reset()
-            return value
+    def value(self) -> torch.Tensor:
         assert self.total is not None and self.count is not None
-        total, count = self.total, self.count
-        if self.sync_dist:
-            op = "sum" if self.reduce_fx in ("mean", "sum") else self.reduce_fx
-            total = strategy.reduce_metric(total, op)  # type: ignore[arg-type]
-            count = strategy.reduce_metric(count, "sum")
-        return total / count if self.reduce_fx == "mean" else total
+        return self.total / self.count if self.reduce_fx == "mean" else self.total
 
 
 @dataclass
@@ -65,10 +60,10 @@ class Results:
     """Collects one stage's logged values (a fresh instance per stage and epoch)."""
 
     stage: str = "train"
-    strategy: Strategy | None = None
+    num_dataloaders: int = 1
+    dataloader_idx: int = 0
     step_values: dict[str, Any] = field(default_factory=dict)
     step_sync: set[str] = field(default_factory=set)
-    unwritten: dict[str, torch.Tensor] = field(default_factory=dict)  # step values the loggers await
     epoch_values: dict[str, _EpochValue] = field(default_factory=dict)
     prog_bar: set[str] = field(default_factory=set)
     no_logger: set[str] = field(default_factory=set)
@@ -81,21 +76,24 @@ class Results:
         self,
         name: str,
         value: Any,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        prog_bar: bool,
-        logger: bool,
-        sync_dist: bool,
-        batch_size: int | None,
-        reduce_fx: str,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        prog_bar: bool = False,
+        logger: bool = True,
+        sync_dist: bool | None = None,
+        batch_size: int | None = None,
+        reduce_fx: str = "mean",
+        add_dataloader_idx: bool = True,
     ) -> None:
         training = self.stage == "train" and not self.epoch_end
         on_step = training if on_step is None else on_step
         on_epoch = (not training) if on_epoch is None else on_epoch
-        if reduce_fx not in _REDUCE_FX:
-            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(_REDUCE_FX)}.")
+        if reduce_fx not in REDUCE_FX:
+            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(REDUCE_FX)}.")
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing.")
+        if add_dataloader_idx and self.num_dataloaders > 1:
+            name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         both = on_step and on_epoch  # then the keys are name_step and name_epoch
         keys = {f"{name}_step", f"{name}_epoch"} if both else {name}
         with self._lock:
@@ -111,7 +109,7 @@ class Results:
         value: Any,
         on_step: bool,
         on_epoch: bool,
-        sync: bool,
+        sync: bool | None,
         batch_size: int | None,
         fx: str,
     ) -> None:
@@ -121,7 +119,7 @@ class Results:
         if on_step:
             step_value = getattr(value, "_forward_cache", None) if is_metric else value
             if step_value is not None:
-                self.step_values[step_key] = _as_tensor(step_value)
+                self.step_values[step_key] = as_scalar(step_value, name)
                 if sync:
                     self.step_sync.add(step_key)
         if not on_epoch:
@@ -130,33 +128,77 @@ class Results:
             return
         entry = self.epoch_values.get(epoch_key)
         if entry is None:
-            entry = self.epoch_values[epoch_key] = _EpochValue(fx, sync, metric=value if is_metric else None)
+            entry = self.epoch_values[epoch_key] = _EpochValue(
+                fx, sync is not False, metric=value if is_metric else None
+            )
         if not is_metric:
-            entry.add(_as_tensor(value), batch_size if batch_size is not None else _infer_batch_size(self.batch))
+            entry.add(as_scalar(value, name), batch_size if batch_size is not None else _infer_batch_size(self.batch))
 
     def pop_step_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
-        """Per-step values since the last call, reduced across ranks where asked."""
+        """Per-step values since the last call, averaged across ranks where asked (a collective then)."""
         values = self.step_values
         self.step_values = {}
-        for key in self.step_sync & values.keys():
-            values[key] = strategy.reduce_metric(values[key].detach().float(), "mean")
+        for key in sorted(self.step_sync & values.keys()):
+            values[key] = strategy.all_reduce(values[key].detach().float(), "mean")
         return values
 
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
-        """Compute every epoch aggregate (collective: every rank must call it)."""
+        """Every epoch aggregate (collective: every rank must call it, with the same names logged)."""
         for metric in self.step_only_metrics.values():
             metric.reset()  # a Metric logged per step still starts each epoch afresh
-        return {key: entry.compute(strategy) for key, entry in sorted(self.epoch_values.items())}
+        values: dict[str, torch.Tensor] = {}
+        for key, entry in sorted(self.epoch_values.items()):
+            if entry.metric is not None:  # torchmetrics syncs its own state across ranks
+                values[key] = entry.metric.compute()
+                entry.metric.reset()
+        plain = {k: e for k, e in sorted(self.epoch_values.items()) if e.metric is None}
+        values.update(_reduce(plain, strategy))
+        return dict(sorted(values.items()))
 
 
-def _as_tensor(value: Any) -> torch.Tensor:
+def _reduce(entries: dict[str, _EpochValue], strategy: Strategy) -> dict[str, torch.Tensor]:
+    """Reduce the synced aggregates with one all_reduce per operation, then divide the means."""
+    if strategy.world_size > 1:  # every rank takes part, whether or not it logged anything
+        synced = _on_every_rank(entries, strategy)
+        summed = [e for e in synced if e.reduce_fx in ("mean", "sum")]
+        if summed:
+            flat = strategy.all_reduce(torch.stack([t for e in summed for t in (e.total, e.count)]), "sum")  # type: ignore[misc]
+            for i, entry in enumerate(summed):
+                entry.total, entry.count = flat[2 * i], flat[2 * i + 1]
+        for op in ("max", "min"):
+            if group := [e for e in synced if e.reduce_fx == op]:
+                flat = strategy.all_reduce(torch.stack([e.total for e in group]), op)  # type: ignore[misc]
+                for i, entry in enumerate(group):
+                    entry.total = flat[i]
+    return {key: entry.value() for key, entry in entries.items()}
+
+
+def _on_every_rank(entries: dict[str, _EpochValue], strategy: Strategy) -> list[_EpochValue]:
+    """The synced entries every rank logged: a name logged on some ranks only stays per rank (with a
+    warning), as a reduction over differing names would wait forever for the ranks that lack it."""
+    mine = sorted(k for k, e in entries.items() if e.sync)
+    every = [set(names) for names in strategy.gather_objects(mine)]
+    common = set.intersection(*every)
+    partial = sorted(set.union(*every) - common)
+    if partial and strategy.is_global_zero:
+        warnings.warn(
+            f"{partial} were logged on some ranks only, so they are not reduced across ranks (each rank keeps its "
+            "own value). Log them on every rank, or pass rank_zero_only=True where only rank 0 logs.",
+            stacklevel=4,
+        )
+    return [entries[k] for k in mine if k in common]
+
+
+def as_scalar(value: Any, name: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"self.log expects a scalar, got a tensor of shape {tuple(value.shape)}.")
+            raise ValueError(f"self.log({name!r}) expects a scalar, got a tensor of shape {tuple(value.shape)}.")
         return value.detach().reshape(())
     if isinstance(value, bool | int | float):
         return torch.tensor(float(value))
-    raise TypeError(f"self.log expects a number, a scalar tensor or a torchmetrics Metric, got {type(value).__name__}.")
+    raise TypeError(
+        f"self.log({name!r}) expects a number, a scalar tensor or a torchmetrics Metric, got {type(value).__name__}."
+    )
 
 
 def _infer_batch_size(batch: Any) -> int:

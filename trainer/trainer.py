@@ -1,12 +1,12 @@
 """``Trainer``: checks the flags, then runs fit/validate/test/predict through a Strategy.
 
-Nothing here knows about devices or processes: the Strategy does. The loops live in
-``trainer.loops`` and ``trainer.evaluation``; what a checkpoint holds lives in ``trainer.state``.
+Nothing here knows about devices or processes (the Strategy does) or about how a loop runs
+(``trainer.loops``). The loops own what they change (``fit_loop.progress``, the optimizers, the
+data); the Trainer shows it read-only, with Lightning's names.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+import trainer.flags as flags
 from trainer.accelerators import select_strategy
 from trainer.callbacks.base import Callback
 from trainer.loggers.base import Logger
+from trainer.loops.evaluation import EvaluationLoop
+from trainer.loops.fit import FitLoop
+from trainer.metric_log import MetricLog
 from trainer.precision import Precision, build_precision
-from trainer.results import Results
 from trainer.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -28,30 +31,6 @@ if TYPE_CHECKING:
     from trainer.datamodule import DataModule
     from trainer.module import Module
     from trainer.optim import SchedulerConfig
-
-_NONFINITE = ("raise", "skip", "off")
-_CLIP = ("norm", "value")
-
-
-def _check_limit(name: str, value: int | float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
-    if isinstance(value, float) and value > 1.0:
-        raise ValueError(f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count.")
-
-
-def _as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):
-        seconds = None if value is None else value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name}={value!r} must be a number of seconds or a datetime.timedelta.")
-    else:
-        seconds = float(value)
-    if seconds is not None and seconds <= 0:
-        raise ValueError(f"{name}={value!r} must be positive.")
-    return None if seconds is None else timedelta(seconds=seconds)
 
 
 class Trainer:
@@ -65,10 +44,13 @@ class Trainer:
         num_nodes: int = 1,
         precision: str | int | Precision = "32-true",
         max_epochs: int | None = None,
+        min_epochs: int | None = None,
         max_steps: int = -1,
+        min_steps: int | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
+        val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -76,6 +58,7 @@ class Trainer:
         limit_predict_batches: int | float | None = None,
         num_sanity_val_steps: int = 2,
         log_every_n_steps: int = 50,
+        inference_mode: bool = True,
         deterministic: bool = False,
         default_root_dir: str | os.PathLike[str] = "runs",
         logger: bool | Logger | Iterable[Logger] = True,
@@ -97,18 +80,23 @@ class Trainer:
             strategy: "auto", "single", "dp", "ddp", or a Strategy instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
             precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", or a Precision.
-            max_epochs: stop after this many epochs (default 1000 unless max_steps is set).
+            max_epochs: stop after this many epochs (default 1000 unless max_steps is set; -1: no limit).
+            min_epochs: train at least this many epochs, even if early stopping asks to stop.
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
+            min_steps: train at least this many optimizer steps, even if early stopping asks to stop.
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.
             gradient_clip_val: clip gradients to this norm or value (None: no clipping).
             gradient_clip_algorithm: "norm" or "value".
-            check_val_every_n_epoch: validate every n epochs (None: never during fit).
+            val_check_interval: validate every N training batches (int) or this fraction of an epoch (float;
+                default 1.0: at the epoch end). With check_val_every_n_epoch=None an int counts across epochs.
+            check_val_every_n_epoch: validate in every n-th epoch (None: by val_check_interval alone).
             limit_train_batches: batches per epoch: an int count or a fraction in [0, 1].
             limit_val_batches: batches per validation: an int count or a fraction in [0, 1].
             limit_test_batches: batches per test: an int count or a fraction in [0, 1].
             limit_predict_batches: batches per predict: an int count or a fraction in [0, 1].
             num_sanity_val_steps: validation batches run before training (-1: all, 0: none).
             log_every_n_steps: how often per-step values reach the loggers.
+            inference_mode: evaluate under torch.inference_mode (else torch.no_grad).
             deterministic: ask PyTorch for deterministic algorithms.
             default_root_dir: folder for run folders (logs, checkpoints).
             logger: True for the CSV logger, False for none, or Logger instance(s).
@@ -123,35 +111,26 @@ class Trainer:
             collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
                 fails naming it (default 600: long enough for rank 0 to write a large checkpoint).
         """
-        if max_epochs is not None and max_epochs < 0:
-            raise ValueError(f"max_epochs={max_epochs!r} must be >= 0 (or None for the default of 1000).")
-        if max_steps < -1:
-            raise ValueError(f"max_steps={max_steps!r} must be -1 (no limit) or >= 0.")
-        if accumulate_grad_batches < 1:
-            raise ValueError(f"accumulate_grad_batches={accumulate_grad_batches!r} must be >= 1.")
-        if gradient_clip_algorithm not in _CLIP:
-            raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}: choose one of {', '.join(_CLIP)}.")
-        if gradient_clip_val is not None and gradient_clip_val <= 0:
-            raise ValueError(f"gradient_clip_val={gradient_clip_val!r} must be > 0 or None.")
-        if on_nonfinite_loss not in _NONFINITE:
-            raise ValueError(f"on_nonfinite_loss={on_nonfinite_loss!r}: choose one of {', '.join(_NONFINITE)}.")
-        if log_every_n_steps < 1:
-            raise ValueError(f"log_every_n_steps={log_every_n_steps!r} must be >= 1.")
-        if check_val_every_n_epoch is not None and check_val_every_n_epoch < 1:
-            raise ValueError(f"check_val_every_n_epoch={check_val_every_n_epoch!r} must be >= 1 or None.")
+        flags.check_counts(locals())
+        flags.check_choices(locals())
         for name, value in (
             ("limit_train_batches", limit_train_batches),
             ("limit_val_batches", limit_val_batches),
             ("limit_test_batches", limit_test_batches),
             ("limit_predict_batches", limit_predict_batches),
         ):
-            _check_limit(name, value)
-        self.strategy: Strategy = select_strategy(
-            strategy, accelerator, devices, num_nodes, _as_timedelta("collective_timeout", collective_timeout)
-        )
+            flags.check_limit(name, value)
+        self.val_check_interval = flags.check_val_check_interval(val_check_interval)
+        timeout = flags.as_timedelta("collective_timeout", collective_timeout)
+        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
         self.precision = build_precision(precision, self.strategy.root_device.type)
-        self.max_epochs = 1000 if max_epochs is None and max_steps == -1 else max_epochs
+        if max_epochs == -1:
+            self.max_epochs: int | None = None
+        else:
+            self.max_epochs = 1000 if max_epochs is None and max_steps == -1 else max_epochs
+        self.min_epochs = min_epochs
         self.max_steps = max_steps
+        self.min_steps = min_steps
         self.accumulate_grad_batches = accumulate_grad_batches
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
@@ -164,6 +143,7 @@ class Trainer:
         }
         self.num_sanity_val_steps = num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
+        self.inference_mode = inference_mode
         self.deterministic = deterministic
         self.default_root_dir = Path(default_root_dir)
         self.on_nonfinite_loss = on_nonfinite_loss
@@ -173,29 +153,16 @@ class Trainer:
         self.requeue_signal = requeue_signal
         self.loggers = self._build_loggers(logger)
         self.callbacks = self._build_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
-        # Run state (what a checkpoint's "loop" section records).
-        self.current_epoch = 0
-        self.global_step = 0
-        self.batches_done = 0  # batches of the current epoch already trained
-        self.should_stop = False
-        self.stage = "fit"
-        self.sanity_checking = False
-        self.results = Results(strategy=self.strategy)
-        self.callback_metrics: dict[str, torch.Tensor] = {}
-        self.logged_metrics: dict[str, float] = {}
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_schedulers: list[SchedulerConfig] = []
-        self.module: Module | None = None
-        self.train_dataloader: Iterable[Any] | None = None  # a DataLoader, or the iterable given to fit()
-        self.val_dataloaders: list[Iterable[Any]] = []
-        self.num_training_batches: int | float = math.inf
+        self.should_stop = False  # callbacks and modules may set it
+        self.state = flags.TrainerState()
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
-        self.signal_received: str | None = None
-        self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
-        self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
-        self.epoch_finished = False
-        self.step_loss: torch.Tensor | None = None  # the last training loss, graph head kept (see loops)
-        self.first_nonfinite_step: torch.Tensor | None = None  # device-side, read at log intervals
+        self.metric_log = MetricLog(self.strategy, self.loggers)
+        self.fit_loop = FitLoop(self)
+        self.validate_loop = EvaluationLoop(self, "validation")
+        self.test_loop = EvaluationLoop(self, "test")
+        self.predict_loop = EvaluationLoop(self, "predict")
+        self._module: Module | None = None
+        self._datamodule: Any = None
         if deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -229,17 +196,133 @@ class Trainer:
             raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
         if progress and not any(isinstance(cb, ProgressBar) for cb in given):
             given.append(ProgressBar())
-        # Checkpointing runs last, so it sees what every other callback did in the same hook.
-        return sorted(given, key=lambda cb: isinstance(cb, ModelCheckpoint))
+        return _checkpointing_last(given)
 
-    # ---- facts ---------------------------------------------------------------------------
+    # ---- the run's facts, read-only ----------------------------------------------------------
+    @property
+    def current_epoch(self) -> int:
+        return self.fit_loop.progress.epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps so far (in manual optimization, every optimizer's steps count)."""
+        return self.fit_loop.progress.global_step
+
+    @property
+    def batches_done(self) -> int:
+        """Training batches finished in the current epoch."""
+        return self.fit_loop.progress.batches_done
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.state.stage == "sanity_check"
+
+    @property
+    def training(self) -> bool:
+        return self.state.stage == "train"
+
+    @property
+    def validating(self) -> bool:
+        return self.state.stage == "validate"
+
+    @property
+    def testing(self) -> bool:
+        return self.state.stage == "test"
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.stage == "predict"
+
+    @property
+    def fast_dev_run(self) -> bool:
+        return False
+
+    @property
+    def lightning_module(self) -> Module:
+        if self._module is None:
+            raise RuntimeError("no module is attached: call fit/validate/test/predict first.")
+        return self._module
+
+    @property
+    def module(self) -> Module | None:
+        """The module of the current or last stage (``lightning_module`` in Lightning's words)."""
+        return self._module
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """What forward runs through: the strategy's wrapper (DDP, DataParallel) or the module itself."""
+        return self.strategy.model if self.strategy.model is not None else self.lightning_module
+
+    @property
+    def datamodule(self) -> Any:
+        return self._datamodule
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        return self.metric_log.callback_metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        return self.metric_log.logged_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        return self.metric_log.progress_bar_metrics
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        optimization = self.fit_loop.optimization
+        return list(optimization.optimizers) if optimization is not None else []
+
+    @property
+    def lr_scheduler_configs(self) -> list[SchedulerConfig]:
+        optimization = self.fit_loop.optimization
+        return list(optimization.lr_scheduler_configs) if optimization is not None else []
+
+    @property
+    def lr_schedulers(self) -> list[SchedulerConfig]:
+        """``lr_scheduler_configs`` by its name in steadytrain 0.1."""
+        return self.lr_scheduler_configs
+
+    @property
+    def train_dataloader(self) -> Iterable[Any] | None:
+        """The training loader this rank iterates (sharded under DDP)."""
+        return self.fit_loop.train_dataloader
+
+    @property
+    def val_dataloaders(self) -> list[Iterable[Any]]:
+        return self.fit_loop.val_loop.loaders
+
+    @property
+    def num_training_batches(self) -> int | float:
+        return self.fit_loop.num_training_batches
+
+    @property
+    def num_val_batches(self) -> list[int | float]:
+        return self.fit_loop.val_loop.num_batches
+
+    @property
+    def last_loss(self) -> torch.Tensor | None:
+        """The last training step's loss, detached."""
+        step = self.fit_loop.step
+        loss = getattr(step, "step_loss", None)
+        return None if loss is None else loss.detach()
+
     @property
     def global_rank(self) -> int:
         return self.strategy.global_rank
 
     @property
+    def local_rank(self) -> int:
+        return self.strategy.local_rank
+
+    @property
     def world_size(self) -> int:
         return self.strategy.world_size
+
+    @property
+    def num_nodes(self) -> int:
+        return self.strategy.num_nodes
 
     @property
     def is_global_zero(self) -> bool:
@@ -267,75 +350,111 @@ class Trainer:
 
     @property
     def checkpoint_callback(self) -> Any:
+        """The first ModelCheckpoint, or None."""
+        return next(iter(self.checkpoint_callbacks), None)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
         from trainer.callbacks import ModelCheckpoint
 
-        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+        return [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
 
     @property
-    def last_loss(self) -> torch.Tensor | None:
-        """The last training step's loss, detached."""
-        return None if self.step_loss is None else self.step_loss.detach()
+    def early_stopping_callback(self) -> Any:
+        from trainer.callbacks import EarlyStopping
 
-    @property
-    def progress_bar_metrics(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self.callback_metrics.items() if k in self.results.prog_bar}
+        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
+
+    # ---- what the loops ask of the Trainer ------------------------------------------------------
+    def attach(self, module: Module, datamodule: Any, fn: str) -> None:
+        """A stage starts: the module knows its Trainer, and the Trainer its module and data."""
+        object.__setattr__(module, "_trainer", self)
+        self._module = module
+        self._datamodule = datamodule
+        self.should_stop = False
+        self.state = flags.TrainerState(fn, {"fit": "train"}.get(fn, fn))
+
+    def release(self) -> None:
+        """A stage ended: drop what it no longer needs (graph heads, DataLoader worker processes)."""
+        from trainer.data.loaders import shut_down_workers
+
+        self.fit_loop.release()
+        shut_down_workers([self.fit_loop.train_dataloader, *self.fit_loop.val_loop.loaders])
+        shut_down_workers([*self.validate_loop.loaders, *self.test_loop.loaders, *self.predict_loop.loaders])
+        self.state = flags.TrainerState()
+
+    def set_callbacks(self, callbacks: list[Callback]) -> None:
+        self.callbacks = _checkpointing_last(callbacks)
 
     # ---- entry points --------------------------------------------------------------------
     def fit(
         self,
-        module: Module,
+        model: Module,
         train_dataloaders: DataLoader[Any] | Iterable[Any] | DataModule | None = None,
         val_dataloaders: DataLoader[Any] | Iterable[Any] | Sequence[Iterable[Any]] | None = None,
         datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        """Train ``module``; ``ckpt_path`` resumes exactly ("last" = newest complete checkpoint).
+        """Train ``model``; ``ckpt_path`` resumes exactly ("last" = newest complete checkpoint).
 
         Loaders are DataLoaders or any other iterable of batches (one rank, or sharded by you);
-        a list of val loaders means several loaders, not a list of batches.
+        a list or dict of val loaders means several loaders, not a list of batches.
         """
-        from trainer.loops import run_fit
+        from trainer.data.resolve import is_datamodule
 
-        run_fit(self, module, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        if is_datamodule(train_dataloaders):
+            datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
+        self.fit_loop.run(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
         self,
-        module: Module,
+        model: Module | None = None,
         dataloaders: Any = None,
-        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        verbose: bool = True,
+        datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
-        """Run ``validation_step`` over every sample once; returns the epoch metrics."""
-        from trainer.evaluation import run_evaluation
+        """Run ``validation_step`` over every sample once; returns each loader's epoch metrics."""
+        from trainer.loops.stages import evaluate
 
-        return run_evaluation(self, "validation", module, dataloaders, datamodule, ckpt_path)
+        return evaluate(self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def test(
         self,
-        module: Module,
+        model: Module | None = None,
         dataloaders: Any = None,
-        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        verbose: bool = True,
+        datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
-        """Run ``test_step`` over every sample once; returns the epoch metrics."""
-        from trainer.evaluation import run_evaluation
+        """Run ``test_step`` over every sample once; returns each loader's epoch metrics."""
+        from trainer.loops.stages import evaluate
 
-        return run_evaluation(self, "test", module, dataloaders, datamodule, ckpt_path)
+        return evaluate(self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def predict(
         self,
-        module: Module,
+        model: Module | None = None,
         dataloaders: Any = None,
         datamodule: DataModule | None = None,
+        return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-    ) -> list[Any]:
-        """Return ``predict_step`` outputs (this rank's share of the samples under DDP)."""
-        from trainer.evaluation import run_prediction
+    ) -> list[Any] | None:
+        """``predict_step`` outputs for this rank's share of the samples (one list per loader when
+        several); None with ``return_predictions=False``."""
+        from trainer.loops.stages import predict
 
-        return run_prediction(self, module, dataloaders, datamodule, ckpt_path)
+        return predict(self, model, dataloaders, datamodule, return_predictions, ckpt_path)
 
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Collective: every rank must call it; global rank zero writes the file atomically."""
-        from trainer.state import save_trainer_checkpoint
+        from trainer.checkpoint.state import build_checkpoint
 
-        save_trainer_checkpoint(self, Path(path))
+        self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))
+
+
+def _checkpointing_last(callbacks: list[Callback]) -> list[Callback]:
+    """Checkpointing runs last, so it sees what every other callback did in the same hook."""
+    from trainer.callbacks import ModelCheckpoint
+
+    return sorted(callbacks, key=lambda cb: isinstance(cb, ModelCheckpoint))

@@ -96,7 +96,11 @@ def main() -> None:
     strategy: Any = DDPStrategy(sync_batchnorm=True) if ddp and args.mode == "syncbn" else args.strategy
     order = RecordOrder()
     every_step = trainer.ModelCheckpoint(
-        dirpath=args.out / "ckpts", filename="step{step}", save_top_k=-1, every_n_train_steps=1
+        dirpath=args.out / "ckpts",
+        filename="step{step}",
+        auto_insert_metric_name=False,
+        save_top_k=-1,
+        every_n_train_steps=1,
     )
     fit = trainer.Trainer(
         accelerator="cpu",

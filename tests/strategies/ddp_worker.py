@@ -104,7 +104,9 @@ def check_collectives(strategy: DDPStrategy) -> dict[str, Any]:
         "gather": strategy.all_gather(torch.tensor([rank, 2 * rank])).tolist(),
         "broadcast_first": strategy.broadcast({"from": rank}, src=0),
         "broadcast_last": strategy.broadcast({"from": rank}, src=world - 1),
-        "samplers": strategy.broadcast(strategy.distributed_sampler_kwargs, src=world - 1),
+        "samplers": strategy.broadcast(
+            {"num_replicas": strategy.world_size, "rank": strategy.global_rank}, src=world - 1
+        ),
         "global_zero": strategy.all_gather(torch.tensor(int(strategy.is_global_zero))).tolist(),
         "objects": strategy.gather_objects({"rank": rank}),
         "any_true": strategy.reduce_boolean_decision(rank == world - 1),

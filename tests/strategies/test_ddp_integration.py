@@ -263,7 +263,7 @@ def test_backend_follows_accelerator() -> None:
     forced.configure("cuda", [0, 1])
     assert (cpu.backend, cuda.backend, forced.backend) == ("gloo", "nccl", "gloo")
     assert cuda.root_device == torch.device("cuda", 0)
-    assert cpu.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
+    assert (cpu.world_size, cpu.global_rank) == (2, 0)  # before the ranks start: the planned world
 
 
 def test_ddp_runs_on_cpu_or_cuda_only() -> None:

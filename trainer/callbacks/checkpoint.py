@@ -1,62 +1,94 @@
-"""``ModelCheckpoint``: keep the best k checkpoints by a metric, and always a complete ``last``."""
+"""``ModelCheckpoint``: keep the best k checkpoints by a metric, and always a complete ``last.ckpt``.
+
+Lightning's options and rules for when to save: every ``every_n_train_steps`` optimizer steps,
+every ``train_time_interval``, or every ``every_n_epochs`` epochs, at the end of the training
+epoch when validation runs once per epoch (or never), else after each validation. One
+difference on purpose: ``save_last`` defaults to True, as ``fit(ckpt_path="last")`` resumes from it.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import time
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainer.callbacks.base import Callback
 
 if TYPE_CHECKING:
     from trainer.module import Module
-    from trainer.trainer import Trainer
+    from trainer.view import TrainerView as Trainer
 
 _MODES = ("min", "max")
 
 
 class ModelCheckpoint(Callback):
-    """Save checkpoints on global rank zero, each written atomically.
+    """Save checkpoints (global rank zero writes each atomically; every rank takes part).
 
-    ``filename`` may use ``{epoch}``, ``{step}`` and any logged metric, e.g.
-    ``"{epoch}-{val_loss:.3f}"``. With ``monitor`` the best ``save_top_k`` files are kept
-    (worse ones are removed only after the new file is complete); ``save_last`` keeps
-    ``last.ckpt`` as the newest state, which ``fit(ckpt_path="last")`` resumes from.
+    ``filename`` may use ``{epoch}``, ``{step}`` and any logged metric, e.g. ``"{epoch}-{val_loss:.3f}"``
+    (which gives ``epoch=3-val_loss=0.123.ckpt`` with ``auto_insert_metric_name``). With ``monitor``
+    the best ``save_top_k`` files are kept (worse ones are removed only after the new file is
+    complete); ``last.ckpt`` is a link to the newest state, which ``fit(ckpt_path="last")`` resumes.
     """
+
+    monitors_metrics = True
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
 
     def __init__(
         self,
         dirpath: str | Path | None = None,
-        filename: str = "epoch={epoch}-step={step}",
+        filename: str | None = None,
         monitor: str | None = None,
-        mode: str = "min",
+        verbose: bool = False,
+        save_last: bool | Literal["link"] | None = True,
         save_top_k: int = 1,
-        save_last: bool = True,
-        every_n_epochs: int | None = 1,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
         every_n_train_steps: int | None = None,
+        train_time_interval: timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"ModelCheckpoint(mode={mode!r}): choose 'min' or 'max'.")
         if save_top_k < -1:
             raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more.")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
-            if value is not None and value < 1:
-                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 1 or None.")
+            if value is not None and value < 0:
+                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 0 or None.")
+        triggers = [bool(every_n_train_steps), train_time_interval is not None, bool(every_n_epochs)]
+        if sum(triggers) > 1:
+            raise ValueError(
+                "ModelCheckpoint: every_n_train_steps, train_time_interval and every_n_epochs are alternatives; "
+                "set one of them."
+            )
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self._dirpath_given = dirpath is not None
         self.filename = filename
         self.monitor = monitor
-        self.mode = mode
-        self.save_top_k = save_top_k
+        self.verbose = verbose
         self.save_last = save_last
-        self.every_n_epochs = every_n_epochs
-        self.every_n_train_steps = every_n_train_steps
+        self.save_top_k = save_top_k
+        self.save_weights_only = save_weights_only
+        self.mode = mode
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self.every_n_train_steps = every_n_train_steps or 0
+        self.train_time_interval = train_time_interval
+        self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (0 if any(triggers) else 1)
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.enable_version_counter = enable_version_counter
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.last_model_path = ""
-        self._last_saved_step = -1
-        self._step_at_batch_start = -1
+        self.current_score: float | None = None
+        self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
+        self._last_time_saved = time.monotonic()
 
     @property
     def state_key(self) -> str:
@@ -66,45 +98,91 @@ class ModelCheckpoint(Callback):
     def best_model_score(self) -> float | None:
         return self.best_k_models.get(self.best_model_path)
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    @property
+    def kth_best_model_path(self) -> str:
+        return self._worst() if self.best_k_models else ""
+
+    # ---- when to save ----------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = Path(trainer.strategy.broadcast(str(trainer.log_dir / "checkpoints")))
+        self._last_time_saved = time.monotonic()
 
-    def on_train_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int) -> None:
-        self._step_at_batch_start = trainer.global_step
-
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        n = self.every_n_train_steps
-        if n is None or trainer.global_step == self._step_at_batch_start:
-            return  # an accumulation micro-batch: no optimizer step ended here
-        if trainer.global_step % n == 0 and trainer.global_step != self._last_saved_step:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._skip(trainer):
+            return
+        due = bool(self.every_n_train_steps) and trainer.global_step % self.every_n_train_steps == 0
+        if self.train_time_interval is not None:  # rank zero's clock decides for every rank
+            elapsed = time.monotonic() - self._last_time_saved
+            due = bool(trainer.strategy.broadcast(elapsed >= self.train_time_interval.total_seconds()))
+        if due:
             self.save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
-        n = self.every_n_epochs
-        if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_saved_step:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
+        if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
 
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
+        if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
+            self.save(trainer)
+
+    def _skip(self, trainer: Trainer) -> bool:
+        return (
+            trainer.state.fn != "fit"
+            or trainer.sanity_checking
+            or bool(trainer.fast_dev_run)
+            or self._last_global_step_saved == trainer.global_step
+        )
+
+    def _epoch_due(self, trainer: Trainer) -> bool:
+        return self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    def _saves_at_train_epoch_end(self, trainer: Trainer) -> bool:
+        """Lightning's rule: at the epoch end when validation runs once an epoch (or never)."""
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        if not trainer.val_dataloaders or sum(trainer.num_val_batches) == 0:
+            return True
+        return trainer.check_val_every_n_epoch == 1 and trainer.val_check_interval == 1.0
+
+    # ---- saving ---------------------------------------------------------------------------------------
     def save(self, trainer: Trainer) -> None:
-        """Collective: decide on rank zero, save once, keep top-k and ``last``."""
-        from trainer.state import save_trainer_checkpoint, trainer_state
-
-        self._last_saved_step = trainer.global_step
+        """Collective: rank zero decides, the checkpoint is built and written once, ``last`` links to it."""
         assert self.dirpath is not None
+        self._last_global_step_saved = trainer.global_step
+        self._last_time_saved = time.monotonic()
         score = self._score(trainer)
-        path = self.dirpath / f"{self._format(trainer)}.ckpt"
-        keep = trainer.strategy.broadcast(self._should_keep(score, str(path)))
-        state = trainer_state(trainer)  # built once, after every rank agreed
-        if keep:
-            dropped = self._remember(str(path), score)
-            state["callbacks"][self.state_key] = self.state_dict()  # the top-k after this save
-            save_trainer_checkpoint(trainer, path, state)
-            self._delete(trainer, dropped)  # only once the new file is complete
+        self.current_score = score
+        path = self._path(trainer)
+        keep = bool(trainer.strategy.broadcast(self._should_keep(score, str(path))))
+        dropped = self._remember(str(path), score) if keep else []
+        last = self.dirpath / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
         if self.save_last:
-            self.last_model_path = str(self.dirpath / "last.ckpt")
-            state["callbacks"][self.state_key] = self.state_dict()
-            save_trainer_checkpoint(trainer, Path(self.last_model_path), state)
+            self.last_model_path = str(last)
+        if not keep and not self.save_last:
+            return
+        trainer.save_checkpoint(path if keep else last, weights_only=self.save_weights_only)
+        if keep and self.save_last:
+            if trainer.is_global_zero:
+                from trainer.checkpoint import link_checkpoint
+
+                link_checkpoint(path, last)
+            trainer.strategy.barrier()
+        self._delete(trainer, dropped)
+        if self.verbose and trainer.is_global_zero:
+            self._report(trainer, path if keep else last, score, keep)
+
+    def _report(self, trainer: Trainer, path: Path, score: float, kept: bool) -> None:
+        where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
+        if self.monitor is None or not kept:
+            print(f"{where}: saving model to {str(path)!r}", flush=True)
+        else:
+            print(
+                f"{where}: {self.monitor!r} reached {score:.5g} (best {self.best_model_score:.5g}), saving model "
+                f"to {str(path)!r} as top {self.save_top_k}",
+                flush=True,
+            )
 
     def _score(self, trainer: Trainer) -> float:
         if self.monitor is None:
@@ -117,16 +195,42 @@ class ModelCheckpoint(Callback):
             )
         return float(value)
 
-    def _format(self, trainer: Trainer) -> str:
+    def _path(self, trainer: Trainer) -> Path:
+        assert self.dirpath is not None
+        name = self.format_checkpoint_name(self._candidates(trainer))
+        path = self.dirpath / f"{name}{self.FILE_EXTENSION}"
+        version = 1
+        while self.enable_version_counter and path.exists() and str(path) not in self.best_k_models:
+            path = self.dirpath / f"{name}-v{version}{self.FILE_EXTENSION}"
+            version += 1
+        return path
+
+    def _candidates(self, trainer: Trainer) -> dict[str, Any]:
         values: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
         values.update(epoch=trainer.current_epoch, step=trainer.global_step)
-        names = {n.split(":")[0] for n in re.findall(r"{([^}]+)}", self.filename)}
-        missing = sorted(n for n in names if n not in values)
+        return values
+
+    def format_checkpoint_name(self, metrics: dict[str, Any]) -> str:
+        """``filename`` (default ``{epoch}-{step}``) filled in; ``{x}`` becomes ``x=<value>`` with
+        ``auto_insert_metric_name``. A name the template uses but nobody logged is an error."""
+        template = self.filename or "{epoch}-{step}"
+        names = re.findall(r"{([^{}:]+)(?::[^{}]*)?}", template)
+        missing = sorted(n for n in names if n not in metrics)
         if missing:
-            raise KeyError(f"ModelCheckpoint(filename={self.filename!r}) uses {missing}, which were not logged.")
-        safe = {re.sub(r"\W", "_", k): v for k, v in values.items()}
-        template = re.sub(r"{([^}:]+)", lambda m: "{" + re.sub(r"\W", "_", m.group(1)), self.filename)
-        return template.format(**safe)
+            raise KeyError(
+                f"ModelCheckpoint(filename={template!r}) uses {missing}, which were not logged; logged: "
+                f"{sorted(k for k in metrics if k not in ('epoch', 'step'))}."
+            )
+        safe = {f"m{i}": metrics[n] for i, n in enumerate(names)}
+
+        def field(match: re.Match[str]) -> str:
+            name, spec = match.group(1), match.group(2) or ""
+            key = f"m{names.index(name)}"
+            label = f"{name}=" if self.auto_insert_metric_name else ""
+            return f"{label}{{{key}{spec}}}"
+
+        filled = re.sub(r"{([^{}:]+)(:[^{}]*)?}", field, template).format(**safe)
+        return filled.replace(os.sep, "_")
 
     @property
     def _order(self) -> str:
@@ -167,13 +271,18 @@ class ModelCheckpoint(Callback):
             "dirpath": str(self.dirpath) if self.dirpath else None,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
+            "best_model_score": self.best_model_score,
+            "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "monitor": self.monitor,
+            "last_global_step_saved": self._last_global_step_saved,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best_k_models = dict(state.get("best_k_models", {}))
-        self.best_model_path = state.get("best_model_path", "")
-        self.last_model_path = state.get("last_model_path", "")
-        if not self._dirpath_given and state.get("dirpath"):
-            self.dirpath = Path(state["dirpath"])  # a resumed run keeps writing to its own folder
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best_k_models = dict(state_dict.get("best_k_models", {}))
+        self.best_model_path = state_dict.get("best_model_path", "")
+        self.last_model_path = state_dict.get("last_model_path", "")
+        self.current_score = state_dict.get("current_score")
+        self._last_global_step_saved = state_dict.get("last_global_step_saved", 0)
+        if not self._dirpath_given and state_dict.get("dirpath"):
+            self.dirpath = Path(state_dict["dirpath"])  # a resumed run keeps writing to its own folder

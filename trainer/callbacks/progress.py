@@ -11,13 +11,15 @@ from trainer.callbacks.base import Callback
 
 if TYPE_CHECKING:
     from trainer.module import Module
-    from trainer.trainer import Trainer
+    from trainer.view import TrainerView as Trainer
 
 
 class ProgressBar(Callback):
-    """Loss, ``prog_bar=True`` metrics and it/s, drawn by global rank zero only.
+    """Loss, ``prog_bar=True`` metrics (each evaluation loader's apart) and it/s, by global rank zero only.
 
-    Reading the loss forces a device sync, so it is read only every ``refresh_rate`` batches.
+    Reading the loss forces a device sync, so it is read only every ``refresh_rate`` batches. The
+    rate counts from the first batch this process trained, so it is right after a mid-epoch resume
+    (when, as in Lightning, ``on_train_epoch_start`` does not run).
     """
 
     def __init__(self, refresh_rate: int = 10, line_interval_s: float = 10.0) -> None:
@@ -28,41 +30,41 @@ class ProgressBar(Callback):
         self._bar: Any = None
         self._tty = sys.stdout.isatty()
         self._last_line = 0.0
-        self._epoch_start = 0.0
+        self._epoch_start: float | None = None
         self._count = 0
-        self._eval_keys: set[str] = set()  # prog_bar names logged by validation
 
     def _metrics(self, trainer: Trainer) -> dict[str, str]:
         shown: dict[str, str] = {}
-        if trainer.last_loss is not None:
-            shown["loss"] = f"{float(trainer.last_loss):.4g}"
-        keys = self._eval_keys | trainer.results.prog_bar
-        for key, value in trainer.callback_metrics.items():
-            if key in keys:
-                shown[key] = f"{float(value):.4g}"
+        loss = trainer.last_loss
+        if loss is not None:
+            shown["loss"] = f"{float(loss):.4g}"
+        for key, value in trainer.progress_bar_metrics.items():
+            shown[key] = f"{value:.4g}"
         return shown
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: Module) -> None:
-        self._eval_keys |= trainer.results.prog_bar  # trainer.results is validation's here
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
+        self._start(trainer)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
-        if not trainer.is_global_zero:
-            return
+    def _start(self, trainer: Trainer) -> None:
+        """The epoch's clock and bar; on a mid-epoch resume at the first batch this process trains."""
         self._epoch_start = self._last_line = time.monotonic()
         self._count = 0
+        if not trainer.is_global_zero or not self._tty:
+            return
+        from tqdm.auto import tqdm
+
         total = trainer.num_training_batches
-        if self._tty:
-            from tqdm.auto import tqdm
+        self._bar = tqdm(
+            total=None if math.isinf(total) else int(total),
+            desc=f"Epoch {trainer.current_epoch}",
+            dynamic_ncols=True,
+            leave=True,
+            initial=trainer.fit_loop.progress.batches_done,
+        )
 
-            self._bar = tqdm(
-                total=None if math.isinf(total) else int(total),
-                desc=f"Epoch {trainer.current_epoch}",
-                dynamic_ncols=True,
-                leave=True,
-                initial=trainer.batches_done,
-            )
-
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._epoch_start is None:  # resumed mid-epoch: the clock starts with the first batch trained here
+            self._start(trainer)
         self._count += 1
         if not trainer.is_global_zero or (batch_idx + 1) % self.refresh_rate:
             return
@@ -76,7 +78,7 @@ class ProgressBar(Callback):
             self._print_line(trainer, batch_idx + 1, now)
 
     def _print_line(self, trainer: Trainer, done: int, now: float) -> None:
-        rate = self._count / max(now - self._epoch_start, 1e-9)
+        rate = self._count / max(now - (self._epoch_start or now), 1e-9)
         total = trainer.num_training_batches
         of = "" if math.isinf(total) else f"/{int(total)}"
         metrics = " ".join(f"{k}={v}" for k, v in self._metrics(trainer).items())
@@ -85,17 +87,18 @@ class ProgressBar(Callback):
             flush=True,
         )
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
-        if not trainer.is_global_zero:
-            return
-        if self._bar is not None:
-            self._bar.set_postfix(self._metrics(trainer), refresh=True)
-            self._bar.close()
-            self._bar = None
-            return
-        self._print_line(trainer, trainer.batches_done, time.monotonic())
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
+        if trainer.is_global_zero:
+            if self._bar is not None:
+                self._bar.set_postfix(self._metrics(trainer), refresh=True)
+                self._bar.close()
+                self._bar = None
+            else:
+                self._print_line(trainer, trainer.fit_loop.progress.batches_done, time.monotonic())
+        self._epoch_start = None
 
-    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        self._epoch_start = None

@@ -19,8 +19,8 @@ import yaml
 from jsonargparse import ActionConfigFile, Namespace
 
 import trainer as _package
+import trainer.cli.optimizers as optimizers
 from trainer.callbacks.base import Callback
-from trainer.cli import optimizers
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
 from trainer.datamodule import DataModule

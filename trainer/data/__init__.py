@@ -11,6 +11,7 @@ its finished batches.
 from trainer.data.device import move_to_device
 from trainer.data.loaders import has_len, num_batches, set_epoch
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches
+from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import (
     DistributedSamplerWrapper,
     EvalShardSampler,
@@ -30,6 +31,7 @@ __all__ = [
     "prepare_eval_loader",
     "prepare_train_loader",
     "restore_epoch_rng",
+    "seed_samples",
     "set_epoch",
     "skip_batches",
 ]

@@ -85,3 +85,13 @@ def num_batches(loader: Iterable[Any], limit: int | float | None = None) -> int 
             raise ValueError(f"a fraction limit ({limit}) needs a loader with __len__; pass an int instead")
         return total if limit == 1.0 else 0
     return int(total * limit)
+
+
+def shut_down_workers(loaders: Iterable[Any]) -> None:
+    """End the worker processes a loader keeps between epochs (``persistent_workers``) once a stage ends,
+    so none outlives the stage that needed it; the next ``iter()`` starts new ones."""
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None) if isinstance(loader, DataLoader) else None
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+            loader._iterator = None

@@ -34,6 +34,8 @@ def _as_list(loaders: Any, what: str) -> list[Any]:
     """
     if loaders is None:
         return []
+    if _is_loader_dict(loaders):
+        return list(loaders.values())
     if not isinstance(loaders, Sequence) or isinstance(loaders, str):
         return [loaders]
     for i, item in enumerate(loaders):
@@ -60,7 +62,17 @@ def _check_loader(loader: Any, what: str) -> None:
     raise TypeError(f"the {what} loader ({name}) is {problem}; {fix}.")
 
 
-def _is_datamodule(obj: Any) -> bool:
+def _is_loader_dict(obj: Any) -> bool:
+    """``{"name": loader, ...}``: several loaders (a dict batch holds tensors instead)."""
+    return (
+        isinstance(obj, Mapping)
+        and bool(obj)
+        and all(isinstance(v, Iterable) and not isinstance(v, torch.Tensor | Mapping | str) for v in obj.values())
+    )
+
+
+def is_datamodule(obj: Any) -> bool:
+    """A DataModule (Lightning's or ours), passed where loaders go."""
     return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
 
 
@@ -83,16 +95,15 @@ def resolve_loaders(
     val: Any,
     datamodule: Any,
 ) -> tuple[Any, list[Any]]:
-    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages."""
-    if _is_datamodule(primary):
+    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
+
+    The DataModule (its ``prepare_data`` and ``setup`` already ran) or the module supplies what was
+    not given. A dict of loaders is several loaders, in its order.
+    """
+    if is_datamodule(primary):
         datamodule, primary = primary, None
     source: Any = datamodule if datamodule is not None else module
-    if datamodule is not None:
-        if strategy.is_global_zero and callable(getattr(datamodule, "prepare_data", None)):
-            datamodule.prepare_data()
-        strategy.barrier()
-        datamodule.setup(stage)
-    name = {"fit": "train", "validation": "val"}.get(stage, stage)
+    name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
     if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":

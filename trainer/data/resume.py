@@ -14,6 +14,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from typing_extensions import override
 
 from trainer.data.loaders import call_set_epoch, rebuild_settings, sized
+from trainer.data.sample_seeds import KeyedSampler
 from trainer.data.sharding import DistributedSamplerWrapper
 
 
@@ -86,10 +87,16 @@ class _SkipIterable(Iterable[Any]):
         call_set_epoch([self.source], epoch)
 
 
-def _sampler_generator(loader: DataLoader) -> torch.Generator | None:
-    sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
-    if isinstance(sampler, DistributedSamplerWrapper):
+def _unwrapped(sampler: Any) -> Any:
+    """The user's sampler inside the ones the Trainer wraps it in."""
+    while isinstance(sampler, DistributedSamplerWrapper | KeyedSampler):
         sampler = sampler.sampler
+    return sampler
+
+
+def _sampler_generator(loader: DataLoader) -> torch.Generator | None:
+    batches = _unwrapped(loader.batch_sampler)
+    sampler = _unwrapped(getattr(batches, "sampler", loader.sampler))
     gen = getattr(sampler, "generator", None)
     return gen if isinstance(gen, torch.Generator) else None
 

@@ -28,6 +28,9 @@ class Logger:
     def log_histogram(self, key: str, values: Any, step: int) -> None:
         """Record the distribution of a tensor's values (weights, gradients); optional."""
 
+    def flush(self) -> None:
+        """Send what was logged so far; the Trainer calls it after each of its logging points."""
+
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -91,11 +92,6 @@ class Strategy(ABC):
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
-        """``num_replicas``/``rank`` for a DistributedSampler, or None when data is not split."""
-        return None
-
     # ---- life cycle ----------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Start processes / process groups. Called once before any module is touched."""
@@ -127,7 +123,7 @@ class Strategy(ABC):
         None on CPU, where DataLoaders already hand out the batches, so a step pays nothing."""
         return None if self.root_device.type == "cpu" else self.batch_to_device
 
-    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+    def step_function(self, stage: Stage) -> Callable[..., Any]:
         """What the loops call per batch of ``stage``, looked up once per epoch.
 
         By default the module's own bound ``<stage>_step``, so a step costs no extra call;
@@ -140,6 +136,22 @@ class Strategy(ABC):
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
         return contextlib.nullcontext()
 
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Manual optimization: make this optimizer's gradients those of the global batch before it steps.
+
+        One process already has them; a data-parallel strategy averages them across ranks here.
+        """
+
+    def clip_gradients(self, parameters: list[torch.nn.Parameter], value: float, algorithm: str) -> None:
+        """Clip gradients (already at their true scale) by total norm or by value.
+
+        A strategy whose gradients are sharded computes the norm over every shard instead.
+        """
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(parameters, value)
+        else:
+            torch.nn.utils.clip_grad_value_(parameters, value)
+
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (collective)."""
         return [obj]
@@ -148,24 +160,32 @@ class Strategy(ABC):
         """True on every rank if it is True on any rank (collective)."""
         return flag
 
-    def reduce_metric(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        """Reduce a logged value across ranks (same as all_reduce unless a strategy says else)."""
-        return self.all_reduce(tensor, op)
-
     # ---- checkpoints ---------------------------------------------------------------------
     def module_state_dict(self) -> dict[str, torch.Tensor]:
         """The user's module's state, never with a wrapper's prefix."""
         assert self.module is not None
         return self.module.state_dict()
 
-    @contextlib.contextmanager
-    def rank_zero_first(self) -> Iterator[None]:
-        """Let rank 0 do a thing (download, write) before the others."""
-        if not self.is_global_zero:
-            self.barrier()
-        yield
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """What a checkpoint stores of an optimizer (a sharding strategy gathers or shards it)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state)
+
+    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
+        """Collective: every rank built the same checkpoint; global rank zero writes it atomically."""
+        from trainer.checkpoint.io import save_checkpoint
+
         if self.is_global_zero:
-            self.barrier()
+            save_checkpoint(dict(checkpoint), path)
+        self.barrier()
+
+    def load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """Read a checkpoint on every rank (weights_only; tensors on the CPU)."""
+        from trainer.checkpoint.io import load_checkpoint
+
+        return load_checkpoint(path, map_location="cpu")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.root_device}, world_size={self.world_size})"

@@ -26,11 +26,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import launch, supervise
+import trainer.launch as launch
+import trainer.supervise as supervise
 from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
+from trainer.strategies.step_wrapper import StepWrapper
 
 _COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
 _REDUCE_OPS = {
@@ -39,17 +42,6 @@ _REDUCE_OPS = {
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
 }
-
-
-class StepWrapper(nn.Module):
-    """Routes ``forward`` to the user's ``*_step`` so DDP/DataParallel hooks run around the step."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, batch: Any, batch_idx: int, stage: str = "training") -> Any:
-        return getattr(self.module, f"{stage}_step")(batch, batch_idx)
 
 
 class DDPStrategy(Strategy):
@@ -138,10 +130,6 @@ class DDPStrategy(Strategy):
     def world_size(self) -> int:
         return self.cluster.world_size if self.cluster else len(self.device_indices) * self.num_nodes
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
     # ---- life cycle ----------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Find (or start) the other ranks, pin this rank's device, join the process group."""
@@ -178,16 +166,36 @@ class DDPStrategy(Strategy):
         base.set_timeout(self.timeout)  # later store use (NCCL's lazy communicators) gets the long timeout
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        """Move, optionally convert BatchNorm to SyncBatchNorm, and wrap in DDP (rank 0's weights win)."""
+        """Move, optionally convert BatchNorm to SyncBatchNorm, and wrap in DDP (rank 0's weights win).
+
+        A module that optimizes itself (``automatic_optimization=False``) may call backward several
+        times per step with some parameters frozen, which DDP's reducer cannot follow: it is not
+        wrapped. Its weights start as rank 0's, its buffers are rank 0's before every step (as DDP
+        does), and each optimizer's gradients are averaged when it steps (``reduce_gradients``).
+        """
         module = module.to(self.root_device)
         if self.sync_batchnorm and self.accelerator == "cuda":
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         elif self.sync_batchnorm:
             module = convert_cpu_sync_batchnorm(module)
         self.module = module
+        if not getattr(module, "automatic_optimization", True):
+            self._broadcast(list(module.parameters()) + list(module.buffers()))
+            self.model = module
+            return self.model
         device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
         self.model = DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
         return self.model
+
+    def _broadcast(self, tensors: list[torch.Tensor]) -> None:
+        """Rank 0's values into every rank's tensors, in one flat broadcast."""
+        if not tensors:
+            return
+        with torch.no_grad(), self._collective("broadcast of rank 0's weights and buffers"):
+            flat = _flatten_dense_tensors([t.detach() for t in tensors])
+            dist.broadcast(flat, src=0)
+            for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                tensor.copy_(synced)
 
     def teardown(self) -> None:
         """End of a stage: drop the DDP wrapper, keep the process group.
@@ -231,11 +239,46 @@ class DDPStrategy(Strategy):
             raise
 
     # ---- the step ------------------------------------------------------------------------
-    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+    def step_function(self, stage: Stage) -> Callable[..., Any]:
         if stage != "training":
             return super().step_function(stage)
         assert self.model is not None, "setup_module() must run before a step"
-        return self.model  # DDP's forward: StepWrapper calls training_step(batch, batch_idx)
+        if isinstance(self.model, DistributedDataParallel):
+            return self.model  # DDP's forward: StepWrapper calls training_step(batch, batch_idx)
+        return self._manual_training_step
+
+    def _manual_training_step(self, batch: Any, batch_idx: int) -> Any:
+        assert self.module is not None
+        if self._ddp_kwargs.get("forward_sync_buffers", self._ddp_kwargs.get("broadcast_buffers", True)):
+            self._broadcast(list(self.module.buffers()))
+        return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Average this optimizer's gradients across ranks, as one device has them for the global batch.
+
+        A gradient some ranks lack (a branch unused on their samples) counts as zero there; one no
+        rank has stays None, so the optimizer skips that parameter as it would on one device.
+        """
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        if not params:
+            return
+        device = params[0].device
+        has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+        with self._collective("all_reduce (which parameters have gradients, before an optimizer step)"):
+            dist.all_reduce(has)
+        active = [p for p, n in zip(params, has.tolist()) if n > 0]
+        if not active:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in active]
+        flat = _flatten_dense_tensors(grads)
+        with self._collective("all_reduce of the gradients (manual optimization)"):
+            dist.all_reduce(flat)
+        flat /= self.world_size
+        for param, reduced in zip(active, _unflatten_dense_tensors(flat, grads)):
+            if param.grad is None:
+                param.grad = reduced.clone()
+            else:
+                param.grad.copy_(reduced)
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         if isinstance(self.model, DistributedDataParallel):

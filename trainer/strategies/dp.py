@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from trainer.strategies.base import Stage, Strategy
-from trainer.strategies.ddp import StepWrapper
 from trainer.strategies.single import SingleDeviceStrategy
+from trainer.strategies.step_wrapper import StepWrapper
 
 
 def mean_of_replicas(output: Any) -> Any:
@@ -71,7 +71,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
     def batch_to_device(self, batch: Any) -> Any:
         return batch  # DataParallel scatters the batch to the replicas itself
 
-    def step_function(self, stage: Stage) -> Callable[[Any, int], Any]:
+    def step_function(self, stage: Stage) -> Callable[..., Any]:
         if stage == "training":
             return self._training_step
         return functools.partial(self._forward, stage=stage)
@@ -79,9 +79,9 @@ class DataParallelStrategy(SingleDeviceStrategy):
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         return mean_of_replicas(self._forward(batch, batch_idx, "training"))
 
-    def _forward(self, batch: Any, batch_idx: int, stage: str) -> Any:
+    def _forward(self, batch: Any, batch_idx: int, stage: str, **kwargs: Any) -> Any:
         assert self.model is not None, "setup_module() must run before a step"
         with warnings.catch_warnings():
             # Gathering one scalar loss per replica into a vector is what we want; torch warns about it.
             warnings.filterwarnings("ignore", message=".*all input tensors were scalars.*")
-            return self.model(batch, batch_idx, stage)
+            return self.model(batch, batch_idx, stage, **kwargs)

@@ -1,4 +1,4 @@
-"""Checkpoint file I/O: atomic save, safe load, and weights that load into any wrapper.
+"""Checkpoint files: atomic save, safe load, and weights that load into any wrapper.
 
 Saves go to a temporary file that is renamed over the target, so a crash never leaves a torn
 checkpoint and never costs the previous good one. Loads always use ``weights_only=True``: a
@@ -60,6 +60,27 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def link_checkpoint(source: PathLike, target: PathLike) -> None:
+    """Make ``target`` the same file as ``source``, atomically (``last.ckpt`` beside a top-k file).
+
+    A hard link costs no second write; where the file system has none, the file is copied.
+    Deleting ``source`` later (it fell out of the top k) leaves ``target`` whole.
+    """
+    source, target = Path(source), Path(target)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{_HOST}")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(_write_failed(target, err)) from err
+    _fsync_dir(target.parent)
 
 
 def _write_failed(path: Path, err: BaseException) -> str:

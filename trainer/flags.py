@@ -1,0 +1,87 @@
+"""Checks of the Trainer's flags, so a typo fails when the Trainer is built, with the valid values named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+NONFINITE = ("raise", "skip", "off")
+CLIP = ("norm", "value")
+
+
+@dataclass
+class TrainerState:
+    """What the Trainer is doing: ``fn`` ("fit", "validate", "test", "predict") and, inside it, the
+    running ``stage`` ("train", "sanity_check", "validate", "test", "predict"); None when idle."""
+
+    fn: str | None = None
+    stage: str | None = None
+
+
+def check_limit(name: str, value: int | float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
+    if isinstance(value, float) and value > 1.0:
+        raise ValueError(f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count.")
+
+
+def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        seconds = None if value is None else value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name}={value!r} must be a number of seconds or a datetime.timedelta.")
+    else:
+        seconds = float(value)
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"{name}={value!r} must be positive.")
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def check_val_check_interval(value: int | float | None) -> int | float:
+    """An int (every N training batches) or a fraction of an epoch in (0, 1]; None means 1.0."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"val_check_interval={value!r} must be an int (batches) or a float (fraction of an epoch).")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval={value!r}: an int counts training batches and must be >= 1.")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise ValueError(f"val_check_interval={value!r}: a float is a fraction of an epoch in (0, 1].")
+    return value
+
+
+def check_counts(values: dict[str, Any]) -> None:
+    """The integer flags, each with its own range."""
+    max_epochs, max_steps = values["max_epochs"], values["max_steps"]
+    if max_epochs is not None and max_epochs < -1:
+        raise ValueError(f"max_epochs={max_epochs!r} must be >= 0, -1 (no limit) or None (1000 unless max_steps).")
+    if max_steps < -1:
+        raise ValueError(f"max_steps={max_steps!r} must be -1 (no limit) or >= 0.")
+    for name in ("min_epochs", "min_steps"):
+        if values[name] is not None and values[name] < 0:
+            raise ValueError(f"{name}={values[name]!r} must be >= 0 or None.")
+    if values["accumulate_grad_batches"] < 1:
+        raise ValueError(f"accumulate_grad_batches={values['accumulate_grad_batches']!r} must be >= 1.")
+    if values["log_every_n_steps"] < 1:
+        raise ValueError(f"log_every_n_steps={values['log_every_n_steps']!r} must be >= 1.")
+    every = values["check_val_every_n_epoch"]
+    if every is not None and every < 1:
+        raise ValueError(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
+    if values["num_sanity_val_steps"] < -1:
+        raise ValueError(f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more.")
+
+
+def check_choices(values: dict[str, Any]) -> None:
+    """The flags that take one of a few names."""
+    if values["gradient_clip_algorithm"] not in CLIP:
+        raise ValueError(
+            f"gradient_clip_algorithm={values['gradient_clip_algorithm']!r}: choose one of {', '.join(CLIP)}."
+        )
+    clip = values["gradient_clip_val"]
+    if clip is not None and clip <= 0:
+        raise ValueError(f"gradient_clip_val={clip!r} must be > 0 or None.")
+    if values["on_nonfinite_loss"] not in NONFINITE:
+        raise ValueError(f"on_nonfinite_loss={values['on_nonfinite_loss']!r}: choose one of {', '.join(NONFINITE)}.")

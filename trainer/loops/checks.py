@@ -1,0 +1,121 @@
+"""Checks at a stage's start, so a mistake fails before any work: nothing a user wrote is ignored.
+
+A module or callback that defines a hook Lightning 1.x had and Lightning 2 removed (or that we do
+not call) is refused by name, with what to use instead; so are flags that have no effect in manual
+optimization, and several optimizers in automatic mode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView
+
+_EPOCH_END = "collect what you need in the step (e.g. a list on self) and use it in on_{}_epoch_end()"
+UNCALLED_MODULE_HOOKS = {
+    "training_epoch_end": _EPOCH_END.format("train"),
+    "validation_epoch_end": _EPOCH_END.format("validation"),
+    "test_epoch_end": _EPOCH_END.format("test"),
+    "training_step_end": "do that work at the end of training_step",
+    "validation_step_end": "do that work at the end of validation_step",
+    "test_step_end": "do that work at the end of test_step",
+    "on_epoch_start": "use on_train_epoch_start() (or on_validation_epoch_start(), ...)",
+    "on_epoch_end": "use on_train_epoch_end() (or on_validation_epoch_end(), ...)",
+    "on_batch_start": "use on_train_batch_start()",
+    "on_batch_end": "use on_train_batch_end()",
+    "on_pretrain_routine_start": "use on_fit_start()",
+    "on_pretrain_routine_end": "use on_fit_start()",
+    "on_hpc_save": "use on_save_checkpoint()",
+    "on_hpc_load": "use on_load_checkpoint()",
+    "configure_sharded_model": "it is called configure_model() now",
+    "tbptt_split_batch": "truncated backpropagation through time was removed in Lightning 2; split the sequence "
+    "in training_step with manual optimization",
+    "get_progress_bar_dict": "log with self.log(..., prog_bar=True)",
+    "on_post_move_to_device": "move or tie weights in configure_model() or setup()",
+}
+UNCALLED_CALLBACK_HOOKS = {
+    "on_init_start": "do it in the callback's __init__",
+    "on_init_end": "use setup()",
+    "on_epoch_start": "use on_train_epoch_start() (or on_validation_epoch_start(), ...)",
+    "on_epoch_end": "use on_train_epoch_end() (or on_validation_epoch_end(), ...)",
+    "on_batch_start": "use on_train_batch_start()",
+    "on_batch_end": "use on_train_batch_end()",
+    "on_pretrain_routine_start": "use on_fit_start()",
+    "on_pretrain_routine_end": "use on_fit_start()",
+    "on_keyboard_interrupt": "use on_exception() and check for KeyboardInterrupt",
+    "on_configure_sharded_model": "use setup()",
+    "on_before_accelerator_backend_setup": "use setup()",
+}
+
+
+def check_uncalled_hooks(module: Module, callbacks: list[Any]) -> None:
+    """Refuse hooks a Lightning 1.x module or callback may define that nothing here would call."""
+    for obj, table, what in [(module, UNCALLED_MODULE_HOOKS, "module")] + [
+        (cb, UNCALLED_CALLBACK_HOOKS, "callback") for cb in callbacks
+    ]:
+        for name, advice in table.items():
+            if any(name in vars(cls) for cls in type(obj).__mro__[:-1]) or name in vars(obj):
+                raise NotImplementedError(
+                    f"{type(obj).__name__}.{name}() is a hook Lightning 2 removed and steadytrain never calls, so "
+                    f"this {what}'s code would silently not run: {advice}."
+                )
+
+
+def check_fit(trainer: TrainerView, module: Module) -> None:
+    """What fit needs from the module, and flags that cannot apply to how it optimizes."""
+    from trainer.module import Module
+
+    if not callable(getattr(module, "training_step", None)):
+        raise AttributeError(f"{type(module).__name__} must define training_step(batch, batch_idx).")
+    if getattr(type(module), "configure_optimizers", None) is Module.configure_optimizers and (
+        "configure_optimizers" not in vars(module)
+    ):
+        raise AttributeError(f"{type(module).__name__} must define configure_optimizers().")
+    if module.automatic_optimization:
+        return
+    if trainer.accumulate_grad_batches != 1:
+        raise ValueError(
+            f"accumulate_grad_batches={trainer.accumulate_grad_batches} has no effect with manual optimization "
+            "(automatic_optimization=False): accumulate in training_step by stepping the optimizer every N batches."
+        )
+    if trainer.gradient_clip_val is not None:
+        raise ValueError(
+            "gradient_clip_val has no effect with manual optimization (automatic_optimization=False): call "
+            "self.clip_gradients(optimizer, gradient_clip_val=..., gradient_clip_algorithm=...) before "
+            "optimizer.step() in training_step."
+        )
+    if trainer.strategy.name == "dp":
+        raise ValueError(
+            "manual optimization (automatic_optimization=False) cannot run under strategy='dp': each replica would "
+            "step the optimizer. Use strategy='ddp'."
+        )
+
+
+def check_optimizers(module: Module, optimizers: list[Any]) -> None:
+    if module.automatic_optimization and len(optimizers) > 1:
+        raise ValueError(
+            f"configure_optimizers() returned {len(optimizers)} optimizers, but automatic optimization steps one on "
+            "the loss training_step returns (both would step on the same loss). Set "
+            "self.automatic_optimization = False in __init__ and step each optimizer in training_step "
+            "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step(); ...)."
+        )
+
+
+def check_output_folders(trainer: TrainerView) -> None:
+    """Refuse, on every rank, folders rank zero cannot write logs or checkpoints to."""
+    from trainer.checkpoint.io import unwritable_reason
+
+    problem = None
+    if trainer.is_global_zero:
+        folders = {"default_root_dir / the logger's folder": trainer.log_dir} if trainer.loggers else {}
+        if trainer.checkpoint_callback is not None:
+            folders["the checkpoint folder (ModelCheckpoint dirpath)"] = trainer.checkpoint_dir
+        for what, folder in folders.items():
+            if (reason := unwritable_reason(folder)) is not None:
+                problem = f"{what} {folder} is not writable: {reason}. Choose a folder you can write to."
+                break
+    problem = trainer.strategy.broadcast(problem)
+    if problem is not None:
+        raise PermissionError(problem)

@@ -1,0 +1,124 @@
+"""Validation, test and prediction: every sample once across ranks, without shifting training's RNG.
+
+Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
+``on_<stage>_epoch_start``, per batch the transfer hooks, ``on_<stage>_batch_start``, the step and
+``on_<stage>_batch_end``, then ``on_<stage>_epoch_end``, the epoch's metrics, ``on_<stage>_end`` and
+``on_<stage>_model_train``. Several loaders run one after the other; the step gets
+``dataloader_idx`` and each loader's metrics are kept apart (``name/dataloader_idx_<i>``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+import trainer.data as data
+import trainer.loops.hooks as hooks
+from trainer.loops.batches import step_with_index, transfer
+from trainer.seed import rng_state, set_rng_state
+from trainer.signals import start_iterator
+
+if TYPE_CHECKING:
+    from trainer.view import TrainerView
+
+EvalStage = Literal["validation", "test", "predict"]
+_STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+
+
+class EvaluationLoop:
+    """Runs ``validation_step``, ``test_step`` or ``predict_step`` over this rank's share of each loader."""
+
+    def __init__(self, trainer: TrainerView, stage: EvalStage) -> None:
+        self.trainer = trainer
+        self.stage = stage
+        self.loaders: list[Iterable[Any]] = []  # this rank's share of each loader
+        self.num_batches: list[int | float] = []
+        self.predictions: list[list[Any]] = []
+
+    def setup(self, loaders: list[Iterable[Any]], limit: int | float | None) -> None:
+        """Shard each loader without padding; count its batches under ``limit_*_batches``."""
+        trainer = self.trainer
+        flag = trainer.use_distributed_sampler
+        self.loaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in loaders]
+        self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
+
+    def run(
+        self,
+        max_batches: int | None = None,
+        before_end: Callable[[], None] | None = None,
+        publish: bool = True,
+        keep_predictions: bool = False,
+    ) -> list[dict[str, float]]:
+        """One pass; returns each loader's metrics. ``before_end`` runs before ``on_<stage>_end``."""
+        trainer, stage = self.trainer, self.stage
+        module = trainer.lightning_module
+        previous = trainer.metric_log.start(stage, len(self.loaders))
+        getattr(module, f"on_{stage}_model_eval")()
+        hooks.call(trainer, f"on_{stage}_start")
+        hooks.call(trainer, f"on_{stage}_epoch_start")
+        # Evaluation must not shift training's random streams (iter() of a loader draws a seed): then
+        # validating more or less often never changes what training computes.
+        rng = rng_state()
+        self.predictions = [[] for _ in self.loaders]
+        try:
+            with _no_grad(trainer.inference_mode):
+                for idx, loader in enumerate(self.loaders):
+                    total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
+                    self._run_loader(idx, loader, total, keep_predictions)
+        finally:
+            set_rng_state(rng)
+        hooks.call(trainer, f"on_{stage}_epoch_end")
+        metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.global_step, publish=publish)
+        if before_end is not None:
+            before_end()
+        hooks.call(trainer, f"on_{stage}_end")
+        getattr(module, f"on_{stage}_model_train")()
+        trainer.metric_log.resume(previous)
+        return _per_loader(metrics, len(self.loaders))
+
+    def _run_loader(self, idx: int, loader: Iterable[Any], total: int | float, keep: bool) -> None:
+        trainer, stage = self.trainer, self.stage
+        module = trainer.lightning_module
+        results = trainer.metric_log.results
+        results.dataloader_idx = idx
+        several = len(self.loaders) > 1
+        user_step = getattr(module, _STEP[stage])
+        step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
+        step = trainer.precision.autocast(step)
+        to_device = transfer(trainer, idx)
+        extra = (idx,) if several else ()
+        start = hooks.resolved(trainer, f"on_{stage}_batch_start")
+        end = hooks.resolved(trainer, f"on_{stage}_batch_end")
+        outputs = self.predictions[idx]
+        for batch_idx, batch in enumerate(start_iterator(loader)):
+            if batch_idx >= total:
+                break
+            if to_device is not None:
+                batch = to_device(batch)
+            results.batch = batch
+            for hook in start:
+                hook(batch, batch_idx, *extra)
+            output = step(batch, batch_idx)
+            if keep:
+                outputs.append(output)
+            for hook in end:
+                hook(output, batch, batch_idx, *extra)
+        results.batch = None
+
+
+def _no_grad(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
+    return torch.inference_mode() if inference_mode else torch.no_grad()
+
+
+def _per_loader(metrics: dict[str, float], num_loaders: int) -> list[dict[str, float]]:
+    """Lightning's shape: one dict per loader, with its own keys and those logged for every loader."""
+    if num_loaders <= 1:
+        return [metrics]
+    shared = {k: v for k, v in metrics.items() if "/dataloader_idx_" not in k}
+    return [
+        {**shared, **{k: v for k, v in metrics.items() if k.endswith(f"/dataloader_idx_{i}")}}
+        for i in range(num_loaders)
+    ]

@@ -1,0 +1,440 @@
+"""The fit loop: epochs of training batches, validation when due, in Lightning's order.
+
+``FitLoop`` owns what a fit changes: its counters (``Progress``), the optimizers, the training
+data and its position, the stop signals. The Trainer shows them read-only. Per batch: the
+transfer hooks, ``on_train_batch_start``, the step (``trainer.loops.training``), step-interval
+schedulers, ``on_train_batch_end``, then validation if due (``val_check_interval``) and plateau
+schedulers. Per epoch: ``on_train_epoch_start``, the batches, ``on_train_epoch_end`` (monitoring
+callbacks last), epoch schedulers. A checkpoint taken at any of these points resumes exactly:
+``Progress`` records which of a batch's later steps (validation, plateau schedulers) had run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import trainer.data as data
+import trainer.loops.hooks as hooks
+from trainer.loops.batches import transfer
+from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
+from trainer.loops.evaluation import EvaluationLoop
+from trainer.loops.lifecycle import running
+from trainer.loops.optimization import Optimization
+from trainer.loops.progress import Progress
+from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
+from trainer.seed import rng_state, set_rng_state
+from trainer.signals import catch_stop_signals, start_iterator
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView
+
+SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
+
+
+class FitLoop:
+    """``Trainer.fit``: set-up, sanity check, epochs; a stop signal saves ``interrupted.ckpt`` and exits."""
+
+    def __init__(self, trainer: TrainerView) -> None:
+        self.trainer = trainer
+        self.progress = Progress()
+        self.optimization: Optimization | None = None
+        self.step: AutomaticStep | ManualStep | None = None
+        self.val_loop = EvaluationLoop(trainer, "validation")
+        self.train_dataloader: Iterable[Any] | None = None
+        self.num_training_batches: int | float = math.inf
+        self.val_check_batch: int | float = math.inf
+        self.signal_received: str | None = None
+        self.resumed = False
+        # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
+        self.data_seed = 0
+        self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
+        self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
+
+    # ---- set-up --------------------------------------------------------------------------------------
+    def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
+        trainer = self.trainer
+        self._reset()
+        with running(trainer, module, "fit", datamodule):
+            check_fit(trainer, module)
+            self._setup(module, train, val, datamodule, ckpt_path)
+            hooks.call(trainer, "on_fit_start")
+            if not self.resumed:
+                self._sanity_check()
+            hooks.call(trainer, "on_train_start")
+            with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal):
+                self._run_epochs()
+            if self.signal_received is not None:
+                self._save_and_exit()
+            hooks.call(trainer, "on_train_end")
+            hooks.call(trainer, "on_fit_end")
+
+    def _reset(self) -> None:
+        self.progress = Progress()
+        self.signal_received = None
+        self.resumed = False
+        self.epoch_rng = {}
+        self.resume_rng = None
+
+    def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
+        from trainer.checkpoint.state import read_checkpoint, resolve_checkpoint_path, restore_module_and_callbacks
+        from trainer.data.resolve import resolve_loaders
+        from trainer.optim import parse_optimizers
+
+        trainer = self.trainer
+        strategy = trainer.strategy
+        if trainer.compile:
+            module.compile()  # in place: state_dict keys stay free of "_orig_mod."
+        module.configure_model()
+        train_loader, val_loaders = resolve_loaders(
+            strategy, trainer.use_distributed_sampler, module, "fit", train, val, datamodule
+        )
+        check_output_folders(trainer)
+        path = resolve_checkpoint_path(trainer, ckpt_path) if ckpt_path is not None else None
+        checkpoint = read_checkpoint(trainer, path) if path is not None else None
+        if checkpoint is not None:
+            restore_module_and_callbacks(trainer, checkpoint, fitting=True)
+        strategy.setup_module(module)
+        optimizers, schedulers = parse_optimizers(module.configure_optimizers())
+        check_optimizers(module, optimizers)
+        self.optimization = Optimization(trainer, self.progress, optimizers, schedulers)
+        self.step = (
+            AutomaticStep(trainer, self.progress, self.optimization)
+            if module.automatic_optimization
+            else (ManualStep(trainer))
+        )
+        self.data_seed = int(strategy.broadcast(torch.initial_seed()))
+        if checkpoint is not None:
+            from trainer.checkpoint.state import restore_training
+
+            assert path is not None
+            restore_training(trainer, checkpoint, path)
+            self.resumed = True
+        self._prepare_data(train_loader, val_loaders)
+        if trainer.is_global_zero:
+            params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
+            for lg in trainer.loggers:
+                lg.log_hyperparams(params)
+
+    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
+        trainer = self.trainer
+        prepared = data.prepare_train_loader(
+            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
+        )
+        self.train_dataloader = data.seed_samples(prepared, self.data_seed)
+        self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
+        if self.num_training_batches == 0:
+            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
+        self.val_loop.setup(val_loaders, trainer.limits["validation"])
+        self.val_check_batch = _val_check_batch(
+            trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
+        )
+
+    # ---- the loop ------------------------------------------------------------------------------------
+    def _run_epochs(self) -> None:
+        trainer, progress = self.trainer, self.progress
+        while True:
+            if 0 <= trainer.max_steps <= progress.global_step:
+                break
+            if trainer.max_epochs is not None and progress.epoch >= trainer.max_epochs:
+                break
+            completed = self._run_epoch()
+            # A signal may have reached some ranks after their last agreement: decide together.
+            if trainer.strategy.reduce_boolean_decision(self.signal_received is not None):
+                self.signal_received = self.signal_received or "SIGTERM"
+                break
+            self._end_epoch(completed)
+            if not completed:  # max_steps or a stop mid-epoch: the position stays mid-epoch
+                break
+            progress.epoch += 1
+            progress.start_epoch()
+            if trainer.should_stop and self._can_stop():
+                break
+
+    def _run_epoch(self) -> bool:
+        """Train one epoch from ``progress.batches_done``; returns whether it ran to its end."""
+        trainer, progress = self.trainer, self.progress
+        assert self.train_dataloader is not None and self.step is not None
+        loader = self.train_dataloader
+        skip = progress.batches_done
+        if skip == 0:
+            self._resume_rng_now()
+            self.epoch_rng = data.capture_epoch_rng(loader)
+        data.restore_epoch_rng(loader, self.epoch_rng)  # no-op unless resuming mid-epoch
+        data.set_epoch(loader, progress.epoch)
+        trainer.lightning_module.train()
+        trainer.metric_log.start("train")
+        if skip == 0:
+            hooks.call(trainer, "on_train_epoch_start")
+        self.step.start_epoch(self.num_training_batches)
+        calls = _BatchCalls(trainer)
+        batches = self._batches(loader, skip)
+        if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
+            self._finish_batch(skip - 1)
+        # Several ranks agree on a stop every few batches (a collective each batch would cost time).
+        agree = trainer.strategy.reduce_boolean_decision if trainer.world_size > 1 else None
+        limit = self.num_training_batches
+        for batch_idx, batch in enumerate(batches, start=skip):
+            if batch_idx >= limit:
+                break
+            if self._train_batch(calls, batch, batch_idx) is STOP_EPOCH:
+                return True
+            self._finish_batch(batch_idx)
+            stop = self.signal_received is not None
+            if agree is not None:
+                stop = batch_idx % SIGNAL_CHECK_EVERY == 0 and agree(stop)
+            if stop:
+                self.signal_received = self.signal_received or "SIGTERM"
+                return False
+            if 0 <= trainer.max_steps <= progress.global_step or (trainer.should_stop and self._can_stop()):
+                return batch_idx + 1 >= limit
+        return True
+
+    def _batches(self, loader: Iterable[Any], skip: int) -> Iterator[Any]:
+        """The epoch's batches; a resume skips the finished ones at the index level, then continues the
+        checkpoint's RNG stream."""
+        if not skip:
+            return start_iterator(loader)
+        iterator = start_iterator(data.skip_batches(loader, skip))
+        self._resume_rng_now()
+        return iterator
+
+    def _train_batch(self, calls: _BatchCalls, batch: Any, batch_idx: int) -> Any:
+        trainer, progress = self.trainer, self.progress
+        assert self.step is not None
+        if calls.to_device is not None:
+            batch = calls.to_device(batch)
+        results = trainer.metric_log.results
+        results.batch = batch
+        for hook in calls.batch_start:
+            if hook(batch, batch_idx) == -1:
+                return STOP_EPOCH
+        steps_before = progress.global_step
+        output = self.step.run(batch, batch_idx)
+        progress.finish_batch()
+        step = progress.global_step
+        if step != steps_before:  # callbacks see every step's values; loggers every log_every_n_steps
+            write = step % trainer.log_every_n_steps == 0
+            if write:
+                self.step.check_nonfinite()
+            if trainer.metric_log.has_step_values():
+                trainer.metric_log.step_end(progress.epoch, step, write)
+        if calls.batch_end:
+            outputs = _outputs(output, self.step.step_loss)
+            for end_hook in calls.batch_end:
+                end_hook(outputs, batch, batch_idx)
+        results.batch = None  # let the allocator reuse this batch's memory for the next one
+        return output
+
+    def _finish_batch(self, batch_idx: int) -> None:
+        """After a batch: validation if due, then plateau schedulers; each at most once per batch."""
+        progress = self.progress
+        if progress.closed_at == progress.total_batches:
+            return
+        if self._val_due(batch_idx) and progress.validated_at != progress.total_batches:
+            self._validate()
+        automatic = self.optimization is not None and self.trainer.lightning_module.automatic_optimization
+        if automatic and not self._accumulating(batch_idx):
+            assert self.optimization is not None
+            self.optimization.step_schedulers("step", batch_idx, plateau=True)
+        progress.closed_at = progress.total_batches
+
+    def _accumulating(self, batch_idx: int) -> bool:
+        accumulate = self.trainer.accumulate_grad_batches
+        return accumulate > 1 and (batch_idx + 1) % accumulate != 0 and batch_idx + 1 < self.num_training_batches
+
+    def _end_epoch(self, completed: bool) -> None:
+        """``on_train_epoch_end`` (monitoring callbacks after the module, which may log), with the epoch's
+        metrics and, for an epoch that ran to its end, the epoch schedulers before those callbacks."""
+        trainer, progress = self.trainer, self.progress
+        assert self.step is not None
+        self.step.check_nonfinite()
+        trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
+        progress.epoch_finished = completed
+        hooks.call_epoch_end(trainer, "on_train_epoch_end", between=functools.partial(self._epoch_metrics, completed))
+        progress.epoch_finished = False
+
+    def _epoch_metrics(self, completed: bool) -> None:
+        trainer, progress = self.trainer, self.progress
+        trainer.metric_log.epoch_end(progress.epoch, progress.global_step)
+        if completed and self.optimization is not None and trainer.lightning_module.automatic_optimization:
+            for plateau in (False, True):
+                self.optimization.step_schedulers("epoch", progress.epoch, plateau)
+
+    # ---- validation --------------------------------------------------------------------------------
+    def _val_due(self, batch_idx: int) -> bool:
+        """Lightning's rule for a validation after training batch ``batch_idx``."""
+        trainer = self.trainer
+        if not self.val_loop.loaders or sum(self.val_loop.num_batches) == 0:
+            return False
+        every = trainer.check_val_every_n_epoch
+        if every is not None and (self.progress.epoch + 1) % every:
+            return False
+        if trainer.should_stop and self._can_stop():
+            return True
+        last = batch_idx + 1 >= self.num_training_batches
+        if math.isinf(self.val_check_batch):
+            return last
+        index = self.progress.total_batches - 1 if every is None else batch_idx
+        return (index + 1) % self.val_check_batch == 0
+
+    def _validate(self) -> None:
+        trainer, progress = self.trainer, self.progress
+        if not self._accumulating(progress.batches_done - 1):
+            trainer.lightning_module.on_validation_model_zero_grad()
+        trainer.state.stage = "validate"
+
+        def done() -> None:  # before on_validation_end: a checkpoint saved there records it
+            progress.validations += 1
+            progress.validated_at = progress.total_batches
+
+        try:
+            self.val_loop.run(before_end=done)
+        finally:
+            trainer.state.stage = "train"
+
+    def _sanity_check(self) -> None:
+        """A few validation batches first, so a bug there shows before hours of training."""
+        trainer = self.trainer
+        steps = trainer.num_sanity_val_steps
+        if steps == 0 or not self.val_loop.loaders:
+            return
+        trainer.state.stage = "sanity_check"
+        hooks.call_callbacks(trainer, "on_sanity_check_start")
+        try:
+            self.val_loop.run(max_batches=None if steps < 0 else steps, publish=False)
+        finally:
+            trainer.state.stage = "train"
+        hooks.call_callbacks(trainer, "on_sanity_check_end")
+
+    def _can_stop(self) -> bool:
+        trainer, progress = self.trainer, self.progress
+        return progress.epoch >= (trainer.min_epochs or 0) and progress.global_step >= (trainer.min_steps or 0)
+
+    # ---- stop signals ---------------------------------------------------------------------------------
+    def _stop_signal_names(self) -> list[str]:
+        requeue = self.trainer.requeue_signal
+        return ["SIGTERM", "SIGINT"] + ([requeue] if requeue else [])
+
+    def _on_stop_signal(self, name: str) -> None:
+        """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
+        A second Ctrl-C raises KeyboardInterrupt at once."""
+        if name == "SIGINT" and self.signal_received == "SIGINT":
+            raise KeyboardInterrupt
+        self.signal_received = name
+
+    def _save_and_exit(self) -> None:
+        """A signal stopped the loop at a step boundary: save ``interrupted.ckpt``, then leave.
+
+        Ctrl-C re-raises KeyboardInterrupt; SIGTERM / the requeue signal end the process cleanly.
+        """
+        trainer, name = self.trainer, self.signal_received
+        path = trainer.checkpoint_dir / "interrupted.ckpt"
+        trainer.save_checkpoint(path)
+        if trainer.is_global_zero:
+            print(
+                f"steadytrain: {name} received; saved {path} at epoch {self.progress.epoch}, "
+                f"step {self.progress.global_step}.",
+                flush=True,
+            )
+        if name == "SIGINT":
+            raise KeyboardInterrupt
+        raise SystemExit(0)
+
+    # ---- what a checkpoint records of the data position -------------------------------------------------
+    def data_state(self) -> dict[str, Any]:
+        return {"data_seed": self.data_seed, "world_size": self.trainer.world_size}
+
+    def load_data_state(self, state: dict[str, Any], path: Path) -> None:
+        self.data_seed = int(state.get("data_seed", self.data_seed))
+
+    def rank_state(self) -> dict[str, Any]:
+        """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
+        return {"rng": rng_state(), "epoch_rng": self.epoch_rng, "grads": self._open_window_grads()}
+
+    def _open_window_grads(self) -> list[torch.Tensor | None] | None:
+        accumulate = self.trainer.accumulate_grad_batches
+        if accumulate == 1 or self.progress.batches_done % accumulate == 0:
+            return None
+        module = self.trainer.lightning_module
+        return [None if p.grad is None else p.grad.detach().cpu() for p in module.parameters()]
+
+    def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
+        trainer = self.trainer
+        if saved_world_size != trainer.world_size:
+            if self.progress.batches_done:
+                raise ValueError(
+                    f"{path} was saved mid-epoch by {saved_world_size} rank(s); resume it with the same number of "
+                    f"ranks (now {trainer.world_size}), or from an end-of-epoch checkpoint."
+                )
+            import warnings
+
+            warnings.warn(
+                f"resuming a {saved_world_size}-rank checkpoint on {trainer.world_size} rank(s): "
+                "weights and optimizer are exact, random streams are not.",
+                stacklevel=3,
+            )
+            return
+        mine = ranks[trainer.global_rank]
+        self.resume_rng = mine["rng"]
+        self.epoch_rng = mine["epoch_rng"]
+        if mine["grads"] is not None:
+            device = trainer.strategy.root_device
+            for param, grad in zip(trainer.lightning_module.parameters(), mine["grads"]):
+                param.grad = None if grad is None else grad.to(device)
+
+    def _resume_rng_now(self) -> None:
+        if self.resume_rng is not None:
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
+
+    def release(self) -> None:
+        """After the run: the graph head kept between steps is only worth keeping between steps."""
+        if isinstance(self.step, AutomaticStep) and self.step.step_loss is not None:
+            self.step.step_loss = self.step.step_loss.detach()
+
+
+class _BatchCalls:
+    """What a training batch calls besides the step, looked up once per epoch."""
+
+    def __init__(self, trainer: TrainerView) -> None:
+        self.to_device = transfer(trainer)
+        self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
+        self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
+
+
+def _outputs(output: Any, loss: torch.Tensor | None) -> Any:
+    """What ``on_train_batch_end`` gets, as in Lightning: ``{"loss": <detached loss>, **extras}``."""
+    if isinstance(output, dict):
+        return {**output, "loss": output["loss"].detach()} if "loss" in output else output
+    if isinstance(output, torch.Tensor):
+        return {"loss": output.detach()}
+    if loss is not None and output is not None:
+        return {"loss": loss.detach()}
+    return {} if output is None else output
+
+
+def _val_check_batch(interval: int | float, num_batches: int | float, every_n_epochs: int | None) -> int | float:
+    """Training batches between validations (Lightning's ``val_check_batch``)."""
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        if math.isfinite(num_batches) and interval > num_batches and every_n_epochs is not None:
+            raise ValueError(
+                f"val_check_interval={interval} is more than the {int(num_batches)} training batches of an epoch; "
+                "validate less often with check_val_every_n_epoch, or count across epochs with "
+                "check_val_every_n_epoch=None."
+            )
+        return interval
+    if math.isinf(num_batches):
+        if interval != 1.0:
+            raise ValueError(
+                f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no length; "
+                "give an int (every N batches) or 1.0 (at the end of the data)."
+            )
+        return math.inf
+    return max(1, int(num_batches * interval))

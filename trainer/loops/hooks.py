@@ -1,0 +1,74 @@
+"""Hooks in Lightning's order: each callback's first, then the module's.
+
+One exception, as in Lightning: at the end of a training epoch the callbacks that act on a
+monitored metric (checkpointing, early stopping) run after the module's hook, so they see what
+``on_train_epoch_end`` logged. Per-batch hooks are resolved once per epoch and only the overridden
+ones are kept: a run that overrides none pays nothing per batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from trainer.callbacks.base import Callback
+from trainer.module import Module
+
+if TYPE_CHECKING:
+    from trainer.view import TrainerView
+
+Hook = Callable[..., Any]
+
+
+def overrides(obj: object, name: str, base: type) -> bool:
+    """Whether ``obj`` replaces ``base``'s hook ``name`` (in its class or on the instance)."""
+    impl = getattr(obj, name, None)
+    if impl is None:
+        return False
+    return getattr(impl, "__func__", impl) is not getattr(base, name, None)
+
+
+def is_monitoring(callback: Callback) -> bool:
+    """Checkpointing and early stopping act on monitored metrics, so they see the module's epoch-end logging."""
+    return bool(getattr(callback, "monitors_metrics", False))
+
+
+def call(trainer: TrainerView, name: str, *args: Any, callbacks: Sequence[Callback] | None = None) -> Any:
+    """``name`` on every callback (``callbacks``, default all), then on the module; returns the module's result."""
+    module = trainer.lightning_module
+    for cb in trainer.callbacks if callbacks is None else callbacks:
+        getattr(cb, name)(trainer, module, *args)
+    return getattr(module, name)(*args)
+
+
+def call_callbacks(trainer: TrainerView, name: str, *args: Any) -> None:
+    """A callback-only hook (``setup``, ``on_sanity_check_start``, ...)."""
+    for cb in trainer.callbacks:
+        getattr(cb, name)(trainer, trainer.lightning_module, *args)
+
+
+def call_epoch_end(trainer: TrainerView, name: str, between: Callable[[], None] | None = None) -> None:
+    """Other callbacks, the module, ``between`` (e.g. reducing the epoch's metrics), then the monitoring callbacks."""
+    module = trainer.lightning_module
+    callbacks = list(trainer.callbacks)
+    for cb in callbacks:
+        if not is_monitoring(cb):
+            getattr(cb, name)(trainer, module)
+    getattr(module, name)()
+    if between is not None:
+        between()
+    for cb in callbacks:
+        if is_monitoring(cb):
+            getattr(cb, name)(trainer, module)
+
+
+def resolved(trainer: TrainerView, name: str) -> tuple[Hook, ...]:
+    """The overridden callback hooks (bound to trainer and module), then the module's, if overridden."""
+    module = trainer.lightning_module
+    bound = tuple(
+        functools.partial(getattr(cb, name), trainer, module)
+        for cb in trainer.callbacks
+        if overrides(cb, name, Callback)
+    )
+    return bound + ((getattr(module, name),) if overrides(module, name, Module) else ())

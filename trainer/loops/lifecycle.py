@@ -1,0 +1,87 @@
+"""The frame around every stage: processes up, set-up hooks, failures reported, everything released.
+
+Lightning's order: ``configure_callbacks``, ``prepare_data`` (local rank zero of each machine,
+the DataModule's then the module's, while the other ranks wait), ``setup(stage)`` (DataModule,
+callbacks, module); at the end ``teardown(stage)`` (callbacks, module, DataModule), whether the
+stage succeeded or not. A failure reaches ``on_exception`` of callbacks and DataModule first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import trainer.loops.hooks as hooks
+from trainer.loops.checks import check_uncalled_hooks
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView
+
+STAGE_NAMES = {"fit": "fit", "validation": "validate", "test": "test", "predict": "predict"}
+
+
+@contextlib.contextmanager
+def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> Iterator[None]:
+    """Run a stage (``fn``: "fit", "validate", "test" or "predict") inside set-up and teardown."""
+    from trainer.module import Module
+
+    if not isinstance(module, Module):
+        raise TypeError(f"Trainer.{fn}() takes a trainer.Module; got {type(module).__name__}.")
+    strategy = trainer.strategy
+    strategy.setup_environment()
+    trainer.attach(module, datamodule, fn)
+    status = "failed"
+    try:
+        _add_module_callbacks(trainer, module)
+        check_uncalled_hooks(module, list(trainer.callbacks))
+        _prepare_data(trainer, module, datamodule)
+        if datamodule is not None:
+            datamodule.setup(fn)
+        hooks.call(trainer, "setup", fn)
+        yield
+        status = "success"
+    except BaseException as exc:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
+        for cb in trainer.callbacks:
+            cb.on_exception(trainer, module, exc)
+        if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
+            datamodule.on_exception(exc)
+        strategy.on_exception(exc)
+        if (clearer := strategy.explain_failure(exc)) is not None:
+            raise clearer from exc
+        raise
+    finally:
+        trainer.release()
+        hooks.call(trainer, "teardown", fn)
+        if datamodule is not None and callable(getattr(datamodule, "teardown", None)):
+            datamodule.teardown(fn)
+        if trainer.is_global_zero:
+            for lg in trainer.loggers:
+                lg.finalize(status)
+        strategy.teardown()
+
+
+def _add_module_callbacks(trainer: TrainerView, module: Module) -> None:
+    """``configure_callbacks``: a module's callback replaces the Trainer's of the same type."""
+    from trainer.callbacks.base import Callback
+
+    given = module.configure_callbacks()
+    extra = [given] if isinstance(given, Callback) else list(given or [])
+    bad = [type(cb).__name__ for cb in extra if not isinstance(cb, Callback)]
+    if bad:
+        raise TypeError(f"configure_callbacks() must return Callback instances; got {', '.join(bad)}.")
+    if extra:
+        trainer.set_callbacks(
+            [cb for cb in trainer.callbacks if not any(type(cb) is type(new) for new in extra)] + extra
+        )
+
+
+def _prepare_data(trainer: TrainerView, module: Module, datamodule: Any) -> None:
+    """Downloads and preprocessing run once per machine, before any rank reads the data."""
+    if trainer.strategy.local_rank == 0:
+        if datamodule is not None and callable(getattr(datamodule, "prepare_data", None)):
+            datamodule.prepare_data()
+        module.prepare_data()
+    trainer.strategy.barrier()

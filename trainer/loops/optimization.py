@@ -1,0 +1,150 @@
+"""Backward, clipping and optimizer steps with their hooks, for manual optimization and overridden steps.
+
+``self.optimizers()`` returns ``StepOptimizer`` wrappers (Lightning's ``LightningOptimizer``): their
+``step()`` goes through the precision (GradScaler unscale, step, update) and the strategy (the
+gradient all-reduce of manual optimization under DDP), calls ``on_before_optimizer_step``, and
+counts the global step. The automatic loop's common case does not come through here: it makes the
+same calls inline (``trainer.loops.training``) to stay as short as a hand-written loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import trainer.loops.hooks as hooks
+
+if TYPE_CHECKING:
+    from trainer.loops.progress import Progress
+    from trainer.optim import SchedulerConfig
+    from trainer.view import TrainerView
+
+CLIP_ALGORITHMS = ("norm", "value")
+
+
+class StepOptimizer:
+    """A torch optimizer whose ``step``/``zero_grad`` run through the Trainer (see the module docstring).
+
+    Everything else (``param_groups``, ``state``, ``state_dict``) is the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, optimization: Optimization) -> None:
+        self._optimizer = optimizer
+        self._optimization = optimization
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        return self._optimization.step(self._optimizer, closure, **kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"StepOptimizer({self._optimizer!r})"
+
+
+class Optimization:
+    """A fit's optimizers and schedulers, and the backward/clip/step calls that go with them."""
+
+    def __init__(
+        self,
+        trainer: TrainerView,
+        progress: Progress,
+        optimizers: list[torch.optim.Optimizer],
+        schedulers: list[SchedulerConfig],
+    ) -> None:
+        self.trainer = trainer
+        self.progress = progress
+        self.optimizers = optimizers
+        self.lr_scheduler_configs = schedulers
+        self.wrapped = [StepOptimizer(opt, self) for opt in optimizers]
+        self.manual = not trainer.lightning_module.automatic_optimization
+
+    # ---- backward ----------------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``on_before_backward``, the (scaled) backward through ``Module.backward``, ``on_after_backward``."""
+        trainer = self.trainer
+        hooks.call(trainer, "on_before_backward", loss)
+        trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
+        hooks.call(trainer, "on_after_backward")
+
+    # ---- clipping ------------------------------------------------------------------------------------
+    def clip_gradients(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:
+        """Clip this optimizer's gradients at their true scale (the precision unscales first)."""
+        if value is None:
+            return
+        algorithm = algorithm or "norm"
+        if algorithm not in CLIP_ALGORITHMS:
+            raise ValueError(f"gradient_clip_algorithm={algorithm!r}: choose one of {', '.join(CLIP_ALGORITHMS)}.")
+        if value <= 0:
+            raise ValueError(f"gradient_clip_val={value!r} must be > 0.")
+        self.trainer.precision.unscale_(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.trainer.strategy.clip_gradients(params, value, algorithm)
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscale, ``on_before_optimizer_step``, then (automatic mode) ``configure_gradient_clipping``."""
+        trainer = self.trainer
+        trainer.precision.unscale_(optimizer)
+        hooks.call(trainer, "on_before_optimizer_step", optimizer)
+        if not self.manual:
+            module = trainer.lightning_module
+            module.configure_gradient_clipping(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+
+    # ---- the step ------------------------------------------------------------------------------------
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """Run ``closure`` (if any), sync gradients where the strategy must, step through the precision.
+
+        In manual optimization every call is a global step, as in Lightning.
+        """
+        if self.manual:
+            self.trainer.strategy.reduce_gradients(optimizer)
+
+        def closure_then_hooks() -> Any:
+            result = closure() if closure is not None else None
+            self.before_step(optimizer)
+            return result
+
+        result = self.trainer.precision.optimizer_step(optimizer, closure_then_hooks, **kwargs)
+        if self.manual:
+            self.trainer.precision.update()
+            self.progress.global_step += 1
+        return result
+
+    # ---- schedulers ----------------------------------------------------------------------------------
+    def step_schedulers(self, interval: str, index: int, plateau: bool) -> None:
+        """Step the schedulers of ``interval`` whose frequency divides ``index + 1`` (Lightning's rule:
+        the batch index within the epoch for "step", the epoch for "epoch"); plateau ones or the others."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        for config in self.lr_scheduler_configs:
+            if config.interval != interval or config.reduce_on_plateau != plateau or (index + 1) % config.frequency:
+                continue
+            metric = None
+            if config.reduce_on_plateau:
+                metric = self._monitored(config)
+                if metric is None:
+                    continue
+            module.lr_scheduler_step(config.scheduler, metric)
+
+    def _monitored(self, config: SchedulerConfig) -> float | None:
+        value = self.trainer.callback_metrics.get(config.monitor or "")
+        if value is not None:
+            return float(value)
+        if not config.strict:
+            return None
+        raise KeyError(
+            f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged: "
+            f"{sorted(self.trainer.callback_metrics) or 'nothing'}. Log it before the scheduler steps, or set "
+            "'strict': False in the lr_scheduler dict to skip the step while it is missing."
+        )

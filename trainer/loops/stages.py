@@ -1,0 +1,120 @@
+"""``Trainer.validate``, ``test`` and ``predict``: set up, load weights if asked, run the loop once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer.loops.evaluation import EvalStage, EvaluationLoop
+from trainer.loops.lifecycle import STAGE_NAMES, running
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView
+
+
+def evaluate(
+    trainer: TrainerView,
+    stage: EvalStage,
+    model: Module | None,
+    dataloaders: Any,
+    ckpt_path: Any,
+    verbose: bool,
+    datamodule: Any,
+) -> list[dict[str, float]]:
+    """Every sample once across ranks; returns each loader's epoch metrics."""
+    loop: EvaluationLoop = trainer.validate_loop if stage == "validation" else trainer.test_loop
+    results = _run(trainer, stage, loop, model, dataloaders, ckpt_path, datamodule, keep=False)
+    if verbose and trainer.is_global_zero:
+        print(_table(STAGE_NAMES[stage], results), flush=True)
+    return results
+
+
+def predict(
+    trainer: TrainerView,
+    model: Module | None,
+    dataloaders: Any,
+    datamodule: Any,
+    return_predictions: bool | None,
+    ckpt_path: Any,
+) -> list[Any] | None:
+    """This rank's ``predict_step`` outputs in order; one list per loader when there are several."""
+    keep = True if return_predictions is None else return_predictions
+    loop = trainer.predict_loop
+    _run(trainer, "predict", loop, model, dataloaders, ckpt_path, datamodule, keep=keep)
+    if not keep:
+        return None
+    return loop.predictions[0] if len(loop.predictions) == 1 else loop.predictions
+
+
+def _run(
+    trainer: TrainerView,
+    stage: EvalStage,
+    loop: EvaluationLoop,
+    model: Module | None,
+    dataloaders: Any,
+    ckpt_path: Any,
+    datamodule: Any,
+    keep: bool,
+) -> list[dict[str, float]]:
+    from trainer.data.resolve import is_datamodule, resolve_loaders
+
+    fn = STAGE_NAMES[stage]
+    if trainer.state.fn is not None:
+        raise RuntimeError(
+            f"Trainer.{fn}() was called while Trainer.{trainer.state.fn}() runs (from a hook or step?). To "
+            "validate during training use Trainer(val_check_interval=...); otherwise call it after fit returns."
+        )
+    module = model if model is not None else trainer.module
+    if module is None:
+        raise ValueError(f"Trainer.{fn}() needs a model: pass one, or call it after fit(model).")
+    step = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
+    if not callable(getattr(module, step, None)):
+        raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
+    if is_datamodule(dataloaders):
+        datamodule, dataloaders = dataloaders, None
+    with running(trainer, module, fn, datamodule):
+        module.configure_model()
+        strategy = trainer.strategy
+        loaders, _ = resolve_loaders(
+            strategy, trainer.use_distributed_sampler, module, stage, dataloaders, None, datamodule
+        )
+        _load_weights(trainer, ckpt_path, fn)
+        strategy.setup_module(module)
+        loop.setup(loaders, trainer.limits[stage])
+        return loop.run(keep_predictions=keep)
+
+
+def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
+    """``ckpt_path``: a file, "last" (newest checkpoint), "best" (the ModelCheckpoint's best), or None."""
+    from trainer.checkpoint.state import read_checkpoint, resolve_checkpoint_path, restore_module_and_callbacks
+
+    if ckpt_path is None:
+        return
+    if str(ckpt_path) == "best":
+        callback = trainer.checkpoint_callback
+        best = callback.best_model_path if callback is not None else ""
+        if not best:
+            raise ValueError(
+                f"Trainer.{fn}(ckpt_path='best') found no best checkpoint: fit with a ModelCheckpoint first, or "
+                "pass a path."
+            )
+        path: Path | None = Path(best)
+    else:
+        path = resolve_checkpoint_path(trainer, ckpt_path)
+    if path is not None:
+        restore_module_and_callbacks(trainer, read_checkpoint(trainer, path), fitting=False)
+
+
+def _table(fn: str, results: list[dict[str, float]]) -> str:
+    """Lightning's results table, in plain text: one column per loader."""
+    names = sorted({k for r in results for k in r})
+    if not names:
+        return f"{fn.capitalize()}: nothing was logged."
+    head = [f"{fn.capitalize()} metric"] + [f"DataLoader {i}" for i in range(len(results))]
+    rows = [[name] + [f"{r[name]:.6g}" if name in r else "" for r in results] for name in names]
+    widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
+    rule = "-" * (sum(widths) + 3 * (len(widths) - 1))
+    lines = [rule, "   ".join(h.ljust(w) for h, w in zip(head, widths)), rule]
+    lines += ["   ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows]
+    return "\n".join([*lines, rule])

@@ -1,0 +1,80 @@
+"""Where logged values go: ``callback_metrics`` (callbacks, monitors), the progress bar, the loggers.
+
+``self.log`` writes into the current stage's ``Results``; the loops tell this object when a step
+or an epoch ends, and it reduces, publishes and (on global rank zero) writes to the loggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from trainer.results import Results
+
+if TYPE_CHECKING:
+    from trainer.loggers.base import Logger
+    from trainer.strategies.base import Strategy
+
+
+class MetricLog:
+    """The run's logged values: the latest of each name, what reached the loggers, the progress bar's."""
+
+    def __init__(self, strategy: Strategy, loggers: Sequence[Logger]) -> None:
+        self.strategy = strategy
+        self.loggers = loggers
+        self.callback_metrics: dict[str, torch.Tensor] = {}
+        self.logged_metrics: dict[str, float] = {}
+        self.progress_bar_keys: set[str] = set()
+        self.results = Results("train")  # the collection ``self.log`` writes into now
+        self._unwritten: dict[str, torch.Tensor] = {}  # step values the loggers have not had yet
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.callback_metrics.items() if k in self.progress_bar_keys}
+
+    def start(self, stage: str, num_dataloaders: int = 1) -> Results:
+        """A fresh collection for ``stage``; returns the one it replaces (put it back with ``resume``)."""
+        previous = self.results
+        self.results = Results(stage, num_dataloaders)
+        return previous
+
+    def resume(self, results: Results) -> None:
+        self.results = results
+
+    def step_end(self, epoch: int, step: int, write: bool) -> None:
+        """This step's values to ``callback_metrics``; with ``write``, the interval's to the loggers."""
+        results = self.results
+        values = results.pop_step_metrics(self.strategy)
+        self.callback_metrics.update(values)
+        self.progress_bar_keys |= results.prog_bar
+        self._unwritten.update(values)
+        if write and self._unwritten:
+            unwritten, self._unwritten = self._unwritten, {}
+            self._write(unwritten, results.no_logger, epoch, step)
+
+    def has_step_values(self) -> bool:
+        return bool(self.results.step_values or self._unwritten)
+
+    def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
+        """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
+        results = self.results
+        values = results.epoch_metrics(self.strategy)
+        if publish:
+            self.callback_metrics.update(values)
+            self.progress_bar_keys |= results.prog_bar
+            self._write(values, results.no_logger, epoch, step)
+        return {k: float(v) for k, v in values.items()}
+
+    def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int, step: int) -> None:
+        if not values or not self.loggers or not self.strategy.is_global_zero:
+            return
+        floats = {k: float(v) for k, v in values.items() if k not in hidden}
+        if not floats:
+            return
+        floats["epoch"] = epoch
+        self.logged_metrics.update(floats)
+        for lg in self.loggers:
+            lg.log_metrics(floats, step)
+            lg.flush()
