@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+from collections.abc import Callable
 from typing import Any
 
 
 class Logger:
-    """A sink for hyper-parameters and scalar metrics; everything beyond that is optional."""
+    """A sink for hyper-parameters and scalar metrics; everything beyond that is optional.
+
+    A logger may buffer what it is given (the built-in ones keep a step's values to write them in one
+    call); ``flush`` hands the buffer to the backend, and ``finalize`` flushes before closing.
+    """
 
     name: str = "logger"
 
@@ -28,6 +35,19 @@ class Logger:
     def log_histogram(self, key: str, values: Any, step: int) -> None:
         """Record the distribution of a tensor's values (weights, gradients); optional."""
 
+    def flush(self) -> None:
+        """Hand everything buffered to the backend; under a microsecond when nothing is buffered.
+
+        The built-in loggers keep what is logged at one step so that it leaves as one write (one
+        ``wandb.log`` call, one TensorBoard event). It leaves when another step is logged, at a
+        checkpoint (``state_dict``), at ``finalize`` or at a normal exit, so nothing is lost without
+        ``flush``: it only arrives one logging point late. The Trainer must therefore call ``flush``
+        on global rank zero each time a logging point is complete: at the end of every optimizer
+        step (after the step's metrics are written and the ``on_train_batch_end`` hooks ran), after
+        a validation or test epoch's metrics, and after the training epoch's metrics; ``finalize``
+        flushes by itself. Never between two writes of one logging point: that splits its row.
+        """
+
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
 
@@ -37,6 +57,48 @@ class Logger:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class StepBuffer:
+    """The values logged at one step, written together by ``write(step, values)``.
+
+    A value logged again at the same step replaces the earlier one, as it would in one dict.
+    """
+
+    def __init__(self, write: Callable[[int, dict[str, Any]], None]) -> None:
+        self._write = write
+        self.step: int | None = None
+        self.values: dict[str, Any] = {}
+
+    def add(self, step: int, values: dict[str, Any]) -> None:
+        """Keep ``values``; a step other than the buffered one (later or, after a resume, earlier) flushes first."""
+        if step != self.step:
+            self.flush()
+            self.step = step
+        self.values.update(values)
+
+    def flush(self) -> None:
+        """Write the buffered step; emptied first, so a value the backend rejects is not retried forever."""
+        step, values = self.step, self.values
+        self.step, self.values = None, {}
+        if step is not None and values:
+            self._write(step, values)
+
+
+def flush_at_exit(flush: Callable[[], None]) -> Callable[[], None]:
+    """Run ``flush`` when this process exits normally, so a run that never reaches ``finalize`` loses nothing.
+
+    Returns the hook, for ``atexit.unregister`` at ``finalize``. A forked child inherits the hook but
+    skips it: it would write its parent's buffered rows a second time.
+    """
+    pid = os.getpid()
+
+    def hook() -> None:
+        if os.getpid() == pid:
+            flush()
+
+    atexit.register(hook)
+    return hook
 
 
 def sanitize_hparams(value: Any) -> Any:
@@ -79,8 +141,13 @@ def to_image_array(image: Any) -> Any:
 
 
 def finite_values(values: Any) -> Any:
-    """The finite entries, flattened: NaN or inf (a diverging run) would make histogram binning fail."""
+    """The finite entries, flattened: NaN or inf (a diverging run) would make histogram binning fail.
+
+    Copied only when something is dropped: weights are usually all finite, and histograms are logged
+    for every parameter.
+    """
     import numpy as np
 
     array = to_numpy(values).reshape(-1)
-    return array[np.isfinite(array)]
+    finite = np.isfinite(array)
+    return array if finite.all() else array[finite]
