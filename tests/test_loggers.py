@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import importlib
 import json
 import os
 import struct
@@ -20,6 +21,7 @@ import yaml
 from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 REPO = Path(__file__).resolve().parents[1]
+WANDB_MODULE = importlib.import_module("trainer.loggers.wandb")
 
 
 def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -27,6 +29,18 @@ def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
         reader = csv.DictReader(f)
         rows = list(reader)
     return list(reader.fieldnames or []), rows
+
+
+class _Recorder:
+    """Passes calls on to ``func`` and keeps their arguments."""
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((args, kwargs))
+        return self.func(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------- imports
@@ -49,6 +63,7 @@ def test_missing_backend_says_what_to_install(
     import lightning_utilities.core.imports as imports
 
     monkeypatch.setattr(imports, "RequirementCache", lambda name: False)
+    WANDB_MODULE._import_wandb.cache_clear()  # a success earlier in this process is cached
     with pytest.raises(ImportError, match=rf"pip install steadytrain\[{extra}\]"):
         logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
 
@@ -179,7 +194,7 @@ def _read_offline_run(run_dir: str) -> dict[str, Any]:
     # service); teardown waits for the service to close every stream, so the log is complete.
     wandb.teardown()
     (log,) = glob.glob(os.path.join(run_dir, "*.wandb"))
-    out: dict[str, Any] = {"history": [], "config": {}, "files": [], "artifacts": [], "run": None}
+    out: dict[str, Any] = {"history": [], "config": {}, "files": [], "artifacts": [], "metrics": [], "run": None}
     for record in _wandb_records(log):
         kind = record.WhichOneof("record_type")
         if kind == "history":
@@ -192,7 +207,17 @@ def _read_offline_run(run_dir: str) -> dict[str, Any]:
             out["artifacts"].append(record.artifact)
         elif kind == "run":
             out["run"] = record.run
+        elif kind == "metric":
+            out["metrics"].append((record.metric.glob_name or record.metric.name, record.metric.step_metric))
     return out
+
+
+def _record_logs(logger: WandbLogger, monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    """Count the started run's ``log`` calls (offline, the run is real)."""
+    run = logger.experiment
+    recorder = _Recorder(run.log)
+    monkeypatch.setattr(run, "log", recorder)
+    return recorder
 
 
 @pytest.fixture
@@ -273,14 +298,76 @@ def test_wandb_resume_continues_the_same_run(wandb_offline: Path) -> None:
     assert resumed.experiment.id == state["id"]
     assert resumed.log_dir == first.log_dir
     resumed.log_metrics({"loss": 0.5}, step=3)  # earlier than the crashed run got: kept, not dropped
+    resumed.log_histogram("w", torch.arange(4.0), step=3)
     resumed.finalize("success")
 
     # Offline, a resume is a second folder with the same id (``-1`` appended within the same second);
     # `wandb sync` uploads both into one run, in order.
     run_dirs = sorted(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{state['id']}*")), key=os.path.getmtime)
     assert len(run_dirs) == 2
-    history = _read_offline_run(run_dirs[1])["history"]
-    assert [(row["trainer/global_step"], row["loss"]) for row in history if "loss" in row] == [(3, 0.5)]
+    resumed_run = _read_offline_run(run_dirs[1])
+    (row,) = resumed_run["history"]  # the step's metrics and histogram: one row
+    assert (row["trainer/global_step"], row["loss"], row["w._type"]) == (3, 0.5, "histogram")
+    assert row["_step"] == 0  # wandb's own step restarted: only trainer/global_step places the row
+    assert ("*", "trainer/global_step") in resumed_run["metrics"]
+
+
+def test_wandb_checks_the_import_once_and_sends_one_row_per_step(
+    wandb_offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_utilities.core.imports as imports
+
+    checks = _Recorder(imports.RequirementCache)
+    monkeypatch.setattr(imports, "RequirementCache", checks)
+    WANDB_MODULE._import_wandb.cache_clear()
+    logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    logs = _record_logs(logger, monkeypatch)
+    for step in (0, 10, 20):
+        logger.log_metrics({"loss": 1.0, "lr": torch.tensor(0.1)}, step=step)  # type: ignore[dict-item]
+        for i in range(20):
+            logger.log_histogram(f"weights/{i}", torch.randn(50), step=step)
+        logger.log_image("samples", [torch.rand(3, 8, 8)], step=step)
+    logger.finalize("success")
+
+    assert checks.calls == [(("wandb",), {})]
+    assert len(logs.calls) == 3 and all(kwargs == {} for _, kwargs in logs.calls)  # no step=: see the docstring
+    history = _read_offline_run(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))[0])["history"]
+    assert [row["trainer/global_step"] for row in history] == [0, 10, 20]
+    for row in history:
+        assert {"loss", "lr", "weights/19._type", "samples._type"} <= set(row) and row["lr"] == pytest.approx(0.1)
+
+
+def test_wandb_flush_semantics(wandb_offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    logs = _record_logs(logger, monkeypatch)
+    sent = lambda: [(args[0]["trainer/global_step"], sorted(args[0])) for args, _ in logs.calls]  # noqa: E731
+
+    logger.log_metrics({"loss": 1.0}, step=0)
+    assert sent() == []  # buffered until the step's row is complete
+    logger.flush()
+    logger.flush()  # nothing buffered: no call
+    assert sent() == [(0, ["loss", "trainer/global_step"])]
+    logger.log_metrics({"loss": 2.0}, step=1)
+    logger.log_histogram("w", torch.arange(3.0), step=1)
+    logger.log_metrics({"loss": 0.5}, step=1)  # the same key again at the same step: the later value
+    assert len(sent()) == 1
+    logger.log_metrics({"loss": 3.0}, step=2)  # another step sends the previous one
+    assert sent()[1] == (1, ["loss", "trainer/global_step", "w"])
+    logger.state_dict()  # a checkpoint sends what it covers
+    assert [step for step, _ in sent()] == [0, 1, 2]
+    logger.log_metrics({"loss": 4.0}, step=3)
+    logger.log_metrics({"val_loss": 4.0}, step=2)  # an earlier step (as after a resume) sends too
+    logger.finalize("success")  # and the last row is not lost
+    assert [step for step, _ in sent()] == [0, 1, 2, 3, 2]
+
+    history = _read_offline_run(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))[0])["history"]
+    assert [(row["trainer/global_step"], row.get("loss", row.get("val_loss"))) for row in history] == [
+        (0, 1.0),
+        (1, 0.5),
+        (2, 3.0),
+        (3, 4.0),
+        (2, 4.0),
+    ]
 
 
 # ----------------------------------------------------------------------------------------- TensorBoard
