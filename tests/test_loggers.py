@@ -22,6 +22,7 @@ from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 REPO = Path(__file__).resolve().parents[1]
 WANDB_MODULE = importlib.import_module("trainer.loggers.wandb")
+TB_MODULE = importlib.import_module("trainer.loggers.tensorboard")
 
 
 def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -64,6 +65,7 @@ def test_missing_backend_says_what_to_install(
 
     monkeypatch.setattr(imports, "RequirementCache", lambda name: False)
     WANDB_MODULE._import_wandb.cache_clear()  # a success earlier in this process is cached
+    TB_MODULE._tensorboard.cache_clear()
     with pytest.raises(ImportError, match=rf"pip install steadytrain\[{extra}\]"):
         logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
 
@@ -392,6 +394,11 @@ def test_tensorboard_event_file(tmp_path: Path) -> None:
     logger.finalize("success")
 
     assert logger.log_dir == str(tmp_path / "default" / "version_0")
+    (event_file,) = glob.glob(os.path.join(logger.log_dir, "events.out.tfevents.*"))
+    loader = pytest.importorskip("tensorboard.backend.event_processing.event_file_loader")
+    step_2 = [e for e in loader.EventFileLoader(event_file).Load() if e.step == 2 and e.HasField("summary")]
+    assert len(step_2) == 1  # everything logged at a step is one event
+    assert {v.tag for v in step_2[0].summary.value} == {"loss", "rgb", "gray/0", "gray/1", "weights"}
     events = _events(logger.log_dir)
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("loss")] == [
         (0, 1.0),
