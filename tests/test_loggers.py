@@ -18,9 +18,10 @@ import pytest
 import torch
 import yaml
 
-from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from trainer.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
 
 REPO = Path(__file__).resolve().parents[1]
+CSV_MODULE = importlib.import_module("trainer.loggers.csv")
 WANDB_MODULE = importlib.import_module("trainer.loggers.wandb")
 TB_MODULE = importlib.import_module("trainer.loggers.tensorboard")
 
@@ -70,6 +71,38 @@ def test_missing_backend_says_what_to_install(
         logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
 
 
+def test_flush_with_nothing_logged_writes_nothing(tmp_path: Path) -> None:
+    Logger().flush()  # the base class's default: nothing buffered, nothing to do
+    for logger in (CSVLogger(save_dir=str(tmp_path)), TensorBoardLogger(save_dir=str(tmp_path)), WandbLogger()):
+        logger.flush()
+        logger.finalize("success")
+    assert not any(tmp_path.iterdir())
+    assert WANDB_MODULE.WandbLogger()._run is None
+
+
+def test_rows_buffered_at_a_normal_exit_are_written(wandb_offline: Path) -> None:
+    """A script that never calls flush or finalize still gets every row, from each logger."""
+    code = (
+        "import sys, torch\n"
+        "from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger\n"
+        "root = sys.argv[1]\n"
+        "for logger in (CSVLogger(root, 'csv'), TensorBoardLogger(root, 'tb'), WandbLogger(save_dir=root)):\n"
+        "    logger.log_metrics({'loss': 0.5}, step=7)\n"
+        "    logger.log_histogram('w', torch.arange(10.0), step=7)\n"
+    )
+    root = wandb_offline / "exit"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code, str(root)], cwd=REPO, check=True, env=env)
+
+    assert _read_csv(str(root / "csv" / "version_0" / "metrics.csv"))[1] == [{"step": "7", "loss": "0.5"}]
+    events = _events(str(root / "tb" / "version_0"))
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(7, 0.5)]
+    assert events.Histograms("w")[0].step == 7
+    (run_dir,) = glob.glob(str(root / "wandb" / "offline-run-*"))
+    (row,) = _read_offline_run(run_dir)["history"]
+    assert (row["trainer/global_step"], row["loss"], row["w._type"]) == (7, 0.5, "histogram")
+
+
 # ------------------------------------------------------------------------------------------------- CSV
 
 
@@ -105,6 +138,35 @@ def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
     assert rows[2] == {"step": "2", "loss": "0.25", "val_acc": "0.75", "lr": ""}
     assert rows[3]["lr"] == "0.1"
     assert not os.path.exists(path + ".tmp")
+
+
+def test_csv_flush_appends_through_one_open_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flushed at every logging point (as the Trainer does), the file is opened once for appends and
+    rewritten only when a column is new; every flush leaves all rows on disk."""
+    opened, replaced = _Recorder(open), _Recorder(os.replace)
+    monkeypatch.setattr(CSV_MODULE, "open", opened, raising=False)  # the module's lookup of the builtin
+    monkeypatch.setattr(CSV_MODULE.os, "replace", replaced)
+    appends = lambda: sum(args[1:2] == ("a",) for args, _ in opened.calls)  # noqa: E731
+    rewrites = lambda: [args[1] for args, _ in replaced.calls]  # noqa: E731
+    logger = CSVLogger(save_dir=str(tmp_path))
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    for step in range(20):
+        logger.log_metrics({"loss": float(step)}, step=step)
+        logger.flush()
+        assert len(_read_csv(path)[1]) == step + 1
+    assert (appends(), rewrites()) == (1, [path])  # created once (with the header), then one append handle
+    logger.log_metrics({"val_loss": 1.0}, step=20)  # a new column: one rewrite, then a new append handle
+    logger.flush()
+    for step in range(21, 40):
+        logger.log_metrics({"loss": float(step)}, step=step)
+        logger.flush()
+    logger.flush()  # nothing buffered: no write
+    logger.finalize("success")
+    assert (appends(), rewrites()) == (2, [path, path])
+    header, rows = _read_csv(path)
+    assert header == ["step", "loss", "val_loss"]
+    assert [r["step"] for r in rows] == [str(s) for s in range(40)]
+    assert rows[20] == {"step": "20", "loss": "", "val_loss": "1.0"} and rows[39]["val_loss"] == ""
 
 
 def test_csv_hparams_yaml(tmp_path: Path) -> None:
