@@ -319,7 +319,8 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     mask[4:8, 2:6] = 2
     logger.log_image("samples", [image], step=20, masks=[{"predictions": mask, "ground_truth": mask}],
                      caption=["first"], class_labels={0: "bg", 2: "cat"})  # fmt: skip
-    logger.log_histogram("weights", torch.tensor([0.0, 1.0, 2.0, float("nan")]), step=20)
+    logger.log_histogram("weights", torch.tensor([0.0, 1.0, 2.0, float("nan"), float("-inf")]), step=20)
+    logger.log_histogram("diverged", torch.tensor([float("nan"), float("inf")]), step=20)  # nothing to draw
     checkpoints = Path(logger.log_dir) / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "last.ckpt").write_bytes(b"weights")
@@ -342,7 +343,8 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     assert glob.glob(os.path.join(run_dir, "files", "media", "images", "mask", "*.mask.png"))
 
     (hist,) = [row for row in run["history"] if "weights._type" in row]
-    assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN dropped
+    assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN and inf dropped
+    assert not any("diverged._type" in row for row in run["history"])
 
     (artifact,) = run["artifacts"]
     assert artifact.name == f"model-{logger.id}" and artifact.type == "model"
@@ -402,6 +404,8 @@ def test_wandb_checks_the_import_once_and_sends_one_row_per_step(
 
 
 def test_wandb_flush_semantics(wandb_offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb
+
     logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
     logs = _record_logs(logger, monkeypatch)
     sent = lambda: [(args[0]["trainer/global_step"], sorted(args[0])) for args, _ in logs.calls]  # noqa: E731
@@ -412,11 +416,15 @@ def test_wandb_flush_semantics(wandb_offline: Path, monkeypatch: pytest.MonkeyPa
     logger.flush()  # nothing buffered: no call
     assert sent() == [(0, ["loss", "trainer/global_step"])]
     logger.log_metrics({"loss": 2.0}, step=1)
-    logger.log_histogram("w", torch.arange(3.0), step=1)
+    weights = torch.randn(1000)
+    logger.log_histogram("w", weights, step=1)
     logger.log_metrics({"loss": 0.5}, step=1)  # the same key again at the same step: the later value
     assert len(sent()) == 1
     logger.log_metrics({"loss": 3.0}, step=2)  # another step sends the previous one
     assert sent()[1] == (1, ["loss", "trainer/global_step", "w"])
+    values: Any = weights.numpy()  # wandb's hint says Sequence; it bins arrays
+    histogram, reference = logs.calls[1][0][0]["w"], wandb.Histogram(values)  # binned as wandb.Histogram bins
+    assert (histogram.histogram, histogram.bins) == (reference.histogram, reference.bins)
     logger.state_dict()  # a checkpoint sends what it covers
     assert [step for step, _ in sent()] == [0, 1, 2]
     logger.log_metrics({"loss": 4.0}, step=3)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np  # already loaded by torch
 
 
 class Logger:
@@ -94,8 +97,12 @@ def flush_at_exit(flush: Callable[[], None]) -> Callable[[], None]:
     pid = os.getpid()
 
     def hook() -> None:
-        if os.getpid() == pid:
+        if os.getpid() != pid:
+            return
+        try:
             flush()
+        except Exception as exc:  # e.g. wandb torn down before exit: say what was lost in one line
+            warnings.warn(f"logged values still buffered at exit were not written: {exc!r}", stacklevel=1)
 
     atexit.register(hook)
     return hook
@@ -119,12 +126,19 @@ def sanitize_hparams(value: Any) -> Any:
 
 
 def to_numpy(values: Any) -> Any:
-    """A tensor (any device or dtype, bf16 included), array or sequence as a numpy array."""
-    import numpy as np
+    """A tensor (any device or dtype, bf16 included), array or sequence as a numpy array.
 
+    A CPU tensor that needs no grad is shared, not converted: histograms are logged for every
+    parameter, mostly already detached on the CPU, so each call's overhead counts.
+    """
     if hasattr(values, "detach"):
-        values = values.detach().cpu()
-        values = values.float() if values.is_floating_point() else values
+        if values.requires_grad:
+            values = values.detach()
+        if not values.is_cpu:
+            values = values.cpu()
+        dtype = values.dtype
+        if dtype.is_floating_point and dtype.itemsize < 4:  # bfloat16 has no numpy dtype
+            values = values.float()
         return values.numpy()
     return np.asarray(values)
 
@@ -146,8 +160,6 @@ def finite_values(values: Any) -> Any:
     Copied only when something is dropped: weights are usually all finite, and histograms are logged
     for every parameter.
     """
-    import numpy as np
-
     array = to_numpy(values).reshape(-1)
     finite = np.isfinite(array)
     return array if finite.all() else array[finite]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import secrets
 import string
@@ -11,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np  # already loaded by torch
 from typing_extensions import override
 
 from trainer.loggers.base import (
@@ -154,14 +156,17 @@ class WandbLogger(Logger):
         itself: a finite range means every value is finite, so a diverging run is caught at no cost
         (a separate ``isfinite`` pass added ~5% to each histogram, and a UNet logs 128 of them).
         """
-        import numpy as np
-
         array = to_numpy(values).reshape(-1)
-        if array.size and not (np.isfinite(array.min()) and np.isfinite(array.max())):
+        if not array.size:
+            return
+        low, high = array.min(), array.max()
+        if not (math.isfinite(low) and math.isfinite(high)):
             array = finite_values(array)
-        if array.size:
-            counts = np.histogram(array, bins=WANDB_BINS, range=(array.min(), array.max()))
-            self._add(step, {key: _import_wandb().Histogram(np_histogram=counts)})
+            if not array.size:
+                return
+            low, high = array.min(), array.max()
+        counts = np.histogram(array, bins=WANDB_BINS, range=(low, high))
+        self._add(step, {key: _import_wandb().Histogram(np_histogram=counts)})
 
     @override
     def flush(self) -> None:
@@ -258,6 +263,8 @@ class WandbLogger(Logger):
 
 def _snapshot(value: Any) -> Any:
     """A one-element tensor as a Python number, read now; anything else as it is (wandb converts it)."""
+    if isinstance(value, (float, int)):  # what the Trainer sends; hasattr on a float raises inside
+        return value
     return value.item() if hasattr(value, "detach") and value.numel() == 1 else value
 
 
