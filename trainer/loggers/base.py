@@ -41,14 +41,15 @@ class Logger:
     def flush(self) -> None:
         """Hand everything buffered to the backend; under a microsecond when nothing is buffered.
 
-        The built-in loggers keep what is logged at one step so that it leaves as one write (one
-        ``wandb.log`` call, one TensorBoard event). It leaves when another step is logged, at a
-        checkpoint (``state_dict``), at ``finalize`` or at a normal exit, so nothing is lost without
-        ``flush``: it only arrives one logging point late. The Trainer must therefore call ``flush``
-        on global rank zero each time a logging point is complete: at the end of every optimizer
-        step (after the step's metrics are written and the ``on_train_batch_end`` hooks ran), after
-        a validation or test epoch's metrics, and after the training epoch's metrics; ``finalize``
-        flushes by itself. Never between two writes of one logging point: that splits its row.
+        wandb and TensorBoard keep what is logged at one step and send it as one write (one
+        ``wandb.log`` call, one event) when another step is logged; CSV keeps up to ``flush_every``
+        rows. Checkpoints (``state_dict``), ``finalize`` and a normal exit write the buffer too, so
+        nothing is lost without ``flush``: values only reach the backend later. The Trainer must
+        call ``flush`` on global rank zero each time a logging point is complete: at the end of
+        every optimizer step (after the step's metrics are written and the ``on_train_batch_end``
+        hooks ran), after a validation or test epoch's metrics, and after the training epoch's
+        metrics; ``finalize`` flushes by itself. Never between two writes of one logging point:
+        that splits its row in two.
         """
 
     def finalize(self, status: str) -> None:
