@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import importlib
 import json
 import os
 import struct
@@ -17,9 +18,12 @@ import pytest
 import torch
 import yaml
 
-from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from trainer.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
 
 REPO = Path(__file__).resolve().parents[1]
+CSV_MODULE = importlib.import_module("trainer.loggers.csv")
+WANDB_MODULE = importlib.import_module("trainer.loggers.wandb")
+TB_MODULE = importlib.import_module("trainer.loggers.tensorboard")
 
 
 def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -27,6 +31,18 @@ def _read_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
         reader = csv.DictReader(f)
         rows = list(reader)
     return list(reader.fieldnames or []), rows
+
+
+class _Recorder:
+    """Passes calls on to ``func`` and keeps their arguments."""
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((args, kwargs))
+        return self.func(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------- imports
@@ -49,8 +65,42 @@ def test_missing_backend_says_what_to_install(
     import lightning_utilities.core.imports as imports
 
     monkeypatch.setattr(imports, "RequirementCache", lambda name: False)
+    WANDB_MODULE._import_wandb.cache_clear()  # a success earlier in this process is cached
+    TB_MODULE._tensorboard.cache_clear()
     with pytest.raises(ImportError, match=rf"pip install steadytrain\[{extra}\]"):
         logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
+
+
+def test_flush_with_nothing_logged_writes_nothing(tmp_path: Path) -> None:
+    Logger().flush()  # the base class's default: nothing buffered, nothing to do
+    for logger in (CSVLogger(save_dir=str(tmp_path)), TensorBoardLogger(save_dir=str(tmp_path)), WandbLogger()):
+        logger.flush()
+        logger.finalize("success")
+    assert not any(tmp_path.iterdir())
+    assert WANDB_MODULE.WandbLogger()._run is None
+
+
+def test_rows_buffered_at_a_normal_exit_are_written(wandb_offline: Path) -> None:
+    """A script that never calls flush or finalize still gets every row, from each logger."""
+    code = (
+        "import sys, torch\n"
+        "from trainer.loggers import CSVLogger, TensorBoardLogger, WandbLogger\n"
+        "root = sys.argv[1]\n"
+        "for logger in (CSVLogger(root, 'csv'), TensorBoardLogger(root, 'tb'), WandbLogger(save_dir=root)):\n"
+        "    logger.log_metrics({'loss': 0.5}, step=7)\n"
+        "    logger.log_histogram('w', torch.arange(10.0), step=7)\n"
+    )
+    root = wandb_offline / "exit"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code, str(root)], cwd=REPO, check=True, env=env)
+
+    assert _read_csv(str(root / "csv" / "version_0" / "metrics.csv"))[1] == [{"step": "7", "loss": "0.5"}]
+    events = _events(str(root / "tb" / "version_0"))
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(7, 0.5)]
+    assert events.Histograms("w")[0].step == 7
+    (run_dir,) = glob.glob(str(root / "wandb" / "offline-run-*"))
+    (row,) = _read_offline_run(run_dir)["history"]
+    assert (row["trainer/global_step"], row["loss"], row["w._type"]) == (7, 0.5, "histogram")
 
 
 # ------------------------------------------------------------------------------------------------- CSV
@@ -88,6 +138,35 @@ def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
     assert rows[2] == {"step": "2", "loss": "0.25", "val_acc": "0.75", "lr": ""}
     assert rows[3]["lr"] == "0.1"
     assert not os.path.exists(path + ".tmp")
+
+
+def test_csv_flush_appends_through_one_open_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flushed at every logging point (as the Trainer does), the file is opened once for appends and
+    rewritten only when a column is new; every flush leaves all rows on disk."""
+    opened, replaced = _Recorder(open), _Recorder(os.replace)
+    monkeypatch.setattr(CSV_MODULE, "open", opened, raising=False)  # the module's lookup of the builtin
+    monkeypatch.setattr(CSV_MODULE.os, "replace", replaced)
+    appends = lambda: sum(args[1:2] == ("a",) for args, _ in opened.calls)  # noqa: E731
+    rewrites = lambda: [args[1] for args, _ in replaced.calls]  # noqa: E731
+    logger = CSVLogger(save_dir=str(tmp_path))
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    for step in range(20):
+        logger.log_metrics({"loss": float(step)}, step=step)
+        logger.flush()
+        assert len(_read_csv(path)[1]) == step + 1
+    assert (appends(), rewrites()) == (1, [path])  # created once (with the header), then one append handle
+    logger.log_metrics({"val_loss": 1.0}, step=20)  # a new column: one rewrite, then a new append handle
+    logger.flush()
+    for step in range(21, 40):
+        logger.log_metrics({"loss": float(step)}, step=step)
+        logger.flush()
+    logger.flush()  # nothing buffered: no write
+    logger.finalize("success")
+    assert (appends(), rewrites()) == (2, [path, path])
+    header, rows = _read_csv(path)
+    assert header == ["step", "loss", "val_loss"]
+    assert [r["step"] for r in rows] == [str(s) for s in range(40)]
+    assert rows[20] == {"step": "20", "loss": "", "val_loss": "1.0"} and rows[39]["val_loss"] == ""
 
 
 def test_csv_hparams_yaml(tmp_path: Path) -> None:
@@ -179,7 +258,7 @@ def _read_offline_run(run_dir: str) -> dict[str, Any]:
     # service); teardown waits for the service to close every stream, so the log is complete.
     wandb.teardown()
     (log,) = glob.glob(os.path.join(run_dir, "*.wandb"))
-    out: dict[str, Any] = {"history": [], "config": {}, "files": [], "artifacts": [], "run": None}
+    out: dict[str, Any] = {"history": [], "config": {}, "files": [], "artifacts": [], "metrics": [], "run": None}
     for record in _wandb_records(log):
         kind = record.WhichOneof("record_type")
         if kind == "history":
@@ -192,7 +271,17 @@ def _read_offline_run(run_dir: str) -> dict[str, Any]:
             out["artifacts"].append(record.artifact)
         elif kind == "run":
             out["run"] = record.run
+        elif kind == "metric":
+            out["metrics"].append((record.metric.glob_name or record.metric.name, record.metric.step_metric))
     return out
+
+
+def _record_logs(logger: WandbLogger, monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    """Count the started run's ``log`` calls (offline, the run is real)."""
+    run = logger.experiment
+    recorder = _Recorder(run.log)
+    monkeypatch.setattr(run, "log", recorder)
+    return recorder
 
 
 @pytest.fixture
@@ -230,7 +319,8 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     mask[4:8, 2:6] = 2
     logger.log_image("samples", [image], step=20, masks=[{"predictions": mask, "ground_truth": mask}],
                      caption=["first"], class_labels={0: "bg", 2: "cat"})  # fmt: skip
-    logger.log_histogram("weights", torch.tensor([0.0, 1.0, 2.0, float("nan")]), step=20)
+    logger.log_histogram("weights", torch.tensor([0.0, 1.0, 2.0, float("nan"), float("-inf")]), step=20)
+    logger.log_histogram("diverged", torch.tensor([float("nan"), float("inf")]), step=20)  # nothing to draw
     checkpoints = Path(logger.log_dir) / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "last.ckpt").write_bytes(b"weights")
@@ -253,7 +343,8 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     assert glob.glob(os.path.join(run_dir, "files", "media", "images", "mask", "*.mask.png"))
 
     (hist,) = [row for row in run["history"] if "weights._type" in row]
-    assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN dropped
+    assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN and inf dropped
+    assert not any("diverged._type" in row for row in run["history"])
 
     (artifact,) = run["artifacts"]
     assert artifact.name == f"model-{logger.id}" and artifact.type == "model"
@@ -273,14 +364,82 @@ def test_wandb_resume_continues_the_same_run(wandb_offline: Path) -> None:
     assert resumed.experiment.id == state["id"]
     assert resumed.log_dir == first.log_dir
     resumed.log_metrics({"loss": 0.5}, step=3)  # earlier than the crashed run got: kept, not dropped
+    resumed.log_histogram("w", torch.arange(4.0), step=3)
     resumed.finalize("success")
 
     # Offline, a resume is a second folder with the same id (``-1`` appended within the same second);
     # `wandb sync` uploads both into one run, in order.
     run_dirs = sorted(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{state['id']}*")), key=os.path.getmtime)
     assert len(run_dirs) == 2
-    history = _read_offline_run(run_dirs[1])["history"]
-    assert [(row["trainer/global_step"], row["loss"]) for row in history if "loss" in row] == [(3, 0.5)]
+    resumed_run = _read_offline_run(run_dirs[1])
+    (row,) = resumed_run["history"]  # the step's metrics and histogram: one row
+    assert (row["trainer/global_step"], row["loss"], row["w._type"]) == (3, 0.5, "histogram")
+    assert row["_step"] == 0  # wandb's own step restarted: only trainer/global_step places the row
+    assert ("*", "trainer/global_step") in resumed_run["metrics"]
+
+
+def test_wandb_checks_the_import_once_and_sends_one_row_per_step(
+    wandb_offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_utilities.core.imports as imports
+
+    checks = _Recorder(imports.RequirementCache)
+    monkeypatch.setattr(imports, "RequirementCache", checks)
+    WANDB_MODULE._import_wandb.cache_clear()
+    logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    logs = _record_logs(logger, monkeypatch)
+    for step in (0, 10, 20):
+        logger.log_metrics({"loss": 1.0, "lr": torch.tensor(0.1)}, step=step)  # type: ignore[dict-item]
+        for i in range(20):
+            logger.log_histogram(f"weights/{i}", torch.randn(50), step=step)
+        logger.log_image("samples", [torch.rand(3, 8, 8)], step=step)
+    logger.finalize("success")
+
+    assert checks.calls == [(("wandb",), {})]
+    assert len(logs.calls) == 3 and all(kwargs == {} for _, kwargs in logs.calls)  # no step=: see the docstring
+    history = _read_offline_run(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))[0])["history"]
+    assert [row["trainer/global_step"] for row in history] == [0, 10, 20]
+    for row in history:
+        assert {"loss", "lr", "weights/19._type", "samples._type"} <= set(row) and row["lr"] == pytest.approx(0.1)
+
+
+def test_wandb_flush_semantics(wandb_offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb
+
+    logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
+    logs = _record_logs(logger, monkeypatch)
+    sent = lambda: [(args[0]["trainer/global_step"], sorted(args[0])) for args, _ in logs.calls]  # noqa: E731
+
+    logger.log_metrics({"loss": 1.0}, step=0)
+    assert sent() == []  # buffered until the step's row is complete
+    logger.flush()
+    logger.flush()  # nothing buffered: no call
+    assert sent() == [(0, ["loss", "trainer/global_step"])]
+    logger.log_metrics({"loss": 2.0}, step=1)
+    weights = torch.randn(1000)
+    logger.log_histogram("w", weights, step=1)
+    logger.log_metrics({"loss": 0.5}, step=1)  # the same key again at the same step: the later value
+    assert len(sent()) == 1
+    logger.log_metrics({"loss": 3.0}, step=2)  # another step sends the previous one
+    assert sent()[1] == (1, ["loss", "trainer/global_step", "w"])
+    values: Any = weights.numpy()  # wandb's hint says Sequence; it bins arrays
+    histogram, reference = logs.calls[1][0][0]["w"], wandb.Histogram(values)  # binned as wandb.Histogram bins
+    assert (histogram.histogram, histogram.bins) == (reference.histogram, reference.bins)
+    logger.state_dict()  # a checkpoint sends what it covers
+    assert [step for step, _ in sent()] == [0, 1, 2]
+    logger.log_metrics({"loss": 4.0}, step=3)
+    logger.log_metrics({"val_loss": 4.0}, step=2)  # an earlier step (as after a resume) sends too
+    logger.finalize("success")  # and the last row is not lost
+    assert [step for step, _ in sent()] == [0, 1, 2, 3, 2]
+
+    history = _read_offline_run(glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))[0])["history"]
+    assert [(row["trainer/global_step"], row.get("loss", row.get("val_loss"))) for row in history] == [
+        (0, 1.0),
+        (1, 0.5),
+        (2, 3.0),
+        (3, 4.0),
+        (2, 4.0),
+    ]
 
 
 # ----------------------------------------------------------------------------------------- TensorBoard
@@ -305,6 +464,11 @@ def test_tensorboard_event_file(tmp_path: Path) -> None:
     logger.finalize("success")
 
     assert logger.log_dir == str(tmp_path / "default" / "version_0")
+    (event_file,) = glob.glob(os.path.join(logger.log_dir, "events.out.tfevents.*"))
+    loader = pytest.importorskip("tensorboard.backend.event_processing.event_file_loader")
+    step_2 = [e for e in loader.EventFileLoader(event_file).Load() if e.step == 2 and e.HasField("summary")]
+    assert len(step_2) == 1  # everything logged at a step is one event
+    assert {v.tag for v in step_2[0].summary.value} == {"loss", "rgb", "gray/0", "gray/1", "weights"}
     events = _events(logger.log_dir)
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("loss")] == [
         (0, 1.0),

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import warnings
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np  # already loaded by torch
 
 
 class Logger:
-    """A sink for hyper-parameters and scalar metrics; everything beyond that is optional."""
+    """A sink for hyper-parameters and scalar metrics; everything beyond that is optional.
+
+    A logger may buffer what it is given (the built-in ones keep a step's values to write them in one
+    call); ``flush`` hands the buffer to the backend, and ``finalize`` flushes before closing.
+    """
 
     name: str = "logger"
 
@@ -29,7 +39,18 @@ class Logger:
         """Record the distribution of a tensor's values (weights, gradients); optional."""
 
     def flush(self) -> None:
-        """Send what was logged so far; the Trainer calls it after each of its logging points."""
+        """Hand everything buffered to the backend; under a microsecond when nothing is buffered.
+
+        wandb and TensorBoard keep what is logged at one step and send it as one write (one
+        ``wandb.log`` call, one event) when another step is logged; CSV keeps up to ``flush_every``
+        rows. Checkpoints (``state_dict``), ``finalize`` and a normal exit write the buffer too, so
+        nothing is lost without ``flush``: values only reach the backend later. The Trainer must
+        call ``flush`` on global rank zero each time a logging point is complete: at the end of
+        every optimizer step (after the step's metrics are written and the ``on_train_batch_end``
+        hooks ran), after a validation or test epoch's metrics, and after the training epoch's
+        metrics; ``finalize`` flushes by itself. Never between two writes of one logging point:
+        that splits its row in two.
+        """
 
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
@@ -40,6 +61,52 @@ class Logger:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class StepBuffer:
+    """The values logged at one step, written together by ``write(step, values)``.
+
+    A value logged again at the same step replaces the earlier one, as it would in one dict.
+    """
+
+    def __init__(self, write: Callable[[int, dict[str, Any]], None]) -> None:
+        self._write = write
+        self.step: int | None = None
+        self.values: dict[str, Any] = {}
+
+    def add(self, step: int, values: dict[str, Any]) -> None:
+        """Keep ``values``; a step other than the buffered one (later or, after a resume, earlier) flushes first."""
+        if step != self.step:
+            self.flush()
+            self.step = step
+        self.values.update(values)
+
+    def flush(self) -> None:
+        """Write the buffered step; emptied first, so a value the backend rejects is not retried forever."""
+        step, values = self.step, self.values
+        self.step, self.values = None, {}
+        if step is not None and values:
+            self._write(step, values)
+
+
+def flush_at_exit(flush: Callable[[], None]) -> Callable[[], None]:
+    """Run ``flush`` when this process exits normally, so a run that never reaches ``finalize`` loses nothing.
+
+    Returns the hook, for ``atexit.unregister`` at ``finalize``. A forked child inherits the hook but
+    skips it: it would write its parent's buffered rows a second time.
+    """
+    pid = os.getpid()
+
+    def hook() -> None:
+        if os.getpid() != pid:
+            return
+        try:
+            flush()
+        except Exception as exc:  # e.g. wandb torn down before exit: say what was lost in one line
+            warnings.warn(f"logged values still buffered at exit were not written: {exc!r}", stacklevel=1)
+
+    atexit.register(hook)
+    return hook
 
 
 def sanitize_hparams(value: Any) -> Any:
@@ -60,12 +127,19 @@ def sanitize_hparams(value: Any) -> Any:
 
 
 def to_numpy(values: Any) -> Any:
-    """A tensor (any device or dtype, bf16 included), array or sequence as a numpy array."""
-    import numpy as np
+    """A tensor (any device or dtype, bf16 included), array or sequence as a numpy array.
 
+    A CPU tensor that needs no grad is shared, not converted: histograms are logged for every
+    parameter, mostly already detached on the CPU, so each call's overhead counts.
+    """
     if hasattr(values, "detach"):
-        values = values.detach().cpu()
-        values = values.float() if values.is_floating_point() else values
+        if values.requires_grad:
+            values = values.detach()
+        if not values.is_cpu:
+            values = values.cpu()
+        dtype = values.dtype
+        if dtype.is_floating_point and dtype.itemsize < 4:  # bfloat16 has no numpy dtype
+            values = values.float()
         return values.numpy()
     return np.asarray(values)
 
@@ -82,8 +156,11 @@ def to_image_array(image: Any) -> Any:
 
 
 def finite_values(values: Any) -> Any:
-    """The finite entries, flattened: NaN or inf (a diverging run) would make histogram binning fail."""
-    import numpy as np
+    """The finite entries, flattened: NaN or inf (a diverging run) would make histogram binning fail.
 
+    Copied only when something is dropped: weights are usually all finite, and histograms are logged
+    for every parameter.
+    """
     array = to_numpy(values).reshape(-1)
-    return array[np.isfinite(array)]
+    finite = np.isfinite(array)
+    return array if finite.all() else array[finite]

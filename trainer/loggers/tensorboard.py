@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from trainer.loggers.base import Logger, finite_values, sanitize_hparams, to_image_array
+from trainer.loggers.base import Logger, StepBuffer, finite_values, flush_at_exit, sanitize_hparams, to_image_array
 from trainer.loggers.csv import RunFolder
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 
-def _summary_writer(log_dir: str, purge_step: int | None) -> SummaryWriter:
+@functools.cache
+def _tensorboard() -> Any:
+    """``torch.utils.tensorboard`` with its ``summary`` module, checked once per process (the check costs ~2 ms)."""
     from lightning_utilities.core.imports import RequirementCache
 
     if not RequirementCache("tensorboard"):
         raise ImportError("TensorBoardLogger needs tensorboard: pip install steadytrain[tensorboard]")
-    from torch.utils.tensorboard import SummaryWriter
+    import torch.utils.tensorboard
+    import torch.utils.tensorboard.summary
 
-    return SummaryWriter(log_dir=log_dir, purge_step=purge_step)
+    return torch.utils.tensorboard
 
 
 class TensorBoardLogger(Logger):
@@ -28,6 +34,11 @@ class TensorBoardLogger(Logger):
 
     A resumed run reopens the same folder with ``purge_step``, so TensorBoard hides what the crashed
     run logged after its last checkpoint instead of drawing those steps twice.
+
+    What is logged at one step goes to the writer as one event (a summary with every value), sent
+    when another step is logged, on ``flush``, at a checkpoint, at ``finalize`` or at a normal
+    exit: each event is a hand-off to the writer's thread, ~0.2 ms, which one event per scalar paid
+    for every key.
     """
 
     def __init__(self, save_dir: str = "runs", name: str = "default", version: int | str | None = None) -> None:
@@ -37,6 +48,8 @@ class TensorBoardLogger(Logger):
         self._hparams: dict[str, Any] | None = None
         self._last_step: int | None = None
         self._purge_step: int | None = None
+        self._event = StepBuffer(self._write_event)  # tag -> one summary value
+        self._exit_hook: Callable[[], None] | None = None
 
     @property
     @override
@@ -51,7 +64,7 @@ class TensorBoardLogger(Logger):
     def experiment(self) -> SummaryWriter:
         """The ``SummaryWriter``, opened on first use."""
         if self._writer is None:
-            self._writer = _summary_writer(self.log_dir, self._purge_step)
+            self._writer = _tensorboard().SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step)
         return self._writer
 
     @override
@@ -62,34 +75,50 @@ class TensorBoardLogger(Logger):
     @override
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._write_hparams()
-        for key, value in metrics.items():
-            self.experiment.add_scalar(key, float(value), step)
+        summary = _tensorboard().summary
+        self._add(step, {key: summary.scalar(key, float(value)).value[0] for key, value in metrics.items()})
         self._last_step = step
 
     @override
     def log_image(self, key: str, images: list[Any], step: int, **kwargs: Any) -> None:
+        """Encoded now (PNG), sent with the step's event; one image is ``key``, several ``key/<i>``."""
+        summary = _tensorboard().summary
+        encoded = {}
         for i, image in enumerate(images):
             array = to_image_array(image)
             tag = key if len(images) == 1 else f"{key}/{i}"
-            self.experiment.add_image(tag, array, step, dataformats="HW" if array.ndim == 2 else "HWC")
+            encoded[tag] = summary.image(tag, array, dataformats="HW" if array.ndim == 2 else "HWC").value[0]
+        self._add(step, encoded)
 
     @override
     def log_histogram(self, key: str, values: Any, step: int) -> None:
+        """Binned now, with ``add_histogram``'s default bins; sent with the step's event."""
         values = finite_values(values)
         if values.size:
-            self.experiment.add_histogram(key, values, step)
+            bins = self.experiment.default_bins
+            self._add(step, {key: _tensorboard().summary.histogram(key, values, bins).value[0]})
+
+    @override
+    def flush(self) -> None:
+        """Hand the buffered step to the writer as one event; its thread writes it to disk within
+        ``flush_secs`` (checkpoints, ``finalize`` and exit force that)."""
+        self._event.flush()
 
     @override
     def finalize(self, status: str) -> None:
+        self.flush()
         self._write_hparams()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._exit_hook is not None:
+            atexit.unregister(self._exit_hook)
+            self._exit_hook = None
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        if self._writer is not None:
-            self._writer.flush()
+        """On disk first: a resume purges from the step after this one."""
+        self._flush_to_disk()
         return {"version": self.version, "step": self._last_step}
 
     @override
@@ -98,6 +127,21 @@ class TensorBoardLogger(Logger):
         self._folder.version = state["version"]
         step = state.get("step")
         self._purge_step = None if step is None else step + 1
+
+    def _add(self, step: int, values: dict[str, Any]) -> None:
+        if self._exit_hook is None:
+            self._exit_hook = flush_at_exit(self._flush_to_disk)
+        self._event.add(step, values)
+
+    def _write_event(self, step: int, values: dict[str, Any]) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        self.experiment._get_file_writer().add_summary(Summary(value=list(values.values())), step)
+
+    def _flush_to_disk(self) -> None:
+        self.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def _write_hparams(self) -> None:
         """As YAML in a text panel: ``add_hparams`` would open a second run folder per call."""

@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+import math
 import os
 import secrets
 import string
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np  # already loaded by torch
 from typing_extensions import override
 
-from trainer.loggers.base import Logger, finite_values, sanitize_hparams, to_image_array, to_numpy
+from trainer.loggers.base import (
+    Logger,
+    StepBuffer,
+    finite_values,
+    flush_at_exit,
+    sanitize_hparams,
+    to_image_array,
+    to_numpy,
+)
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
 
 STEP_METRIC = "trainer/global_step"
+WANDB_BINS = 64  # wandb.Histogram's default
 
 
+@functools.cache
 def _import_wandb() -> Any:
+    """wandb, checked once per process: the check (a fresh ``RequirementCache``) costs ~2 ms, and a
+    validation that logs 128 histograms would pay it on each. A failure is not cached: it raises again."""
     from lightning_utilities.core.imports import RequirementCache
 
     if not RequirementCache("wandb"):
@@ -40,6 +57,11 @@ class WandbLogger(Logger):
     Every value is logged with ``trainer/global_step`` as its x-axis (``define_metric``) rather than
     ``step=``: wandb drops rows whose ``step`` goes backwards, which a resume from an older checkpoint
     does, and an offline resume restarts wandb's own step at 0.
+
+    What is logged at one step (metrics, images, histograms) is sent as one ``wandb.log`` call, as a
+    hand-written script sends one dict: each call costs ~0.5 ms, a step with 128 histograms would
+    otherwise pay it 128 times. The row leaves when another step is logged, on ``flush``, at a
+    checkpoint (``state_dict``), at ``finalize``, or when the process exits normally.
     """
 
     name = "wandb"
@@ -69,6 +91,8 @@ class WandbLogger(Logger):
         self._init_kwargs = init_kwargs
         self._run: Run | None = None
         self._unsent = bool(self._config)  # hyper-parameters waiting for the run to start
+        self._row = StepBuffer(self._send)
+        self._exit_hook: Callable[[], None] | None = None
 
     @property
     def experiment(self) -> Run:
@@ -97,7 +121,9 @@ class WandbLogger(Logger):
 
     @override
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self.experiment.log({**metrics, STEP_METRIC: step})
+        """Buffered until the step's row is sent; one-element tensors are read now, so that later
+        in-place updates cannot change what is logged."""
+        self._add(step, {key: _snapshot(value) for key, value in metrics.items()})
 
     @override
     def log_image(
@@ -120,28 +146,56 @@ class WandbLogger(Logger):
             image_masks = _wandb_masks(masks[i], class_labels) if masks else None
             text = caption[i] if caption else None
             logged.append(wandb.Image(to_image_array(image), caption=text, masks=image_masks, **kwargs))
-        self.experiment.log({key: logged, STEP_METRIC: step})
+        self._add(step, {key: logged})
 
     @override
     def log_histogram(self, key: str, values: Any, step: int) -> None:
-        values = finite_values(values)
-        if values.size:
-            self.experiment.log({key: _import_wandb().Histogram(values), STEP_METRIC: step})
+        """Binned now, in ``wandb.Histogram``'s 64 bins, and sent with the step's row; NaN and inf are left out.
+
+        The range is computed here and handed to ``np.histogram``, which would otherwise compute it
+        itself: a finite range means every value is finite, so a diverging run is caught at no cost
+        (a separate ``isfinite`` pass added ~5% to each histogram, and a UNet logs 128 of them).
+        """
+        array = to_numpy(values).reshape(-1)
+        if not array.size:
+            return
+        low, high = array.min(), array.max()
+        if not (math.isfinite(low) and math.isfinite(high)):
+            array = finite_values(array)
+            if not array.size:
+                return
+            low, high = array.min(), array.max()
+        counts = np.histogram(array, bins=WANDB_BINS, range=(low, high))
+        self._add(step, {key: _import_wandb().Histogram(np_histogram=counts)})
+
+    @override
+    def flush(self) -> None:
+        """Send the buffered step's row (one ``wandb.log`` call); nothing when nothing is buffered."""
+        self._row.flush()
 
     @override
     def finalize(self, status: str) -> None:
-        """Finish the run. Offline, wandb's service completes the run folder shortly after this returns
-        (at the latest by ``wandb.teardown()`` or process exit), before ``wandb sync`` can upload it.
+        """Send the last row and finish the run. Offline, wandb's service completes the run folder shortly
+        after this returns (at the latest by ``wandb.teardown()`` or process exit), before ``wandb sync``
+        can upload it.
         """
         if self._run is None and not self._unsent:
             return
-        if self.log_model:
-            self._log_checkpoints()
-        self.experiment.finish(exit_code=0 if status == "success" else 1)
-        self._run = None
+        try:
+            self.flush()
+            if self.log_model:
+                self._log_checkpoints()
+        finally:
+            self.experiment.finish(exit_code=0 if status == "success" else 1)
+            self._run = None
+            if self._exit_hook is not None:
+                atexit.unregister(self._exit_hook)
+                self._exit_hook = None
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        """Sends the buffered row first: a resume restarts from this checkpoint, so its steps must be in the run."""
+        self.flush()
         return {"id": self._id, "project": self.project}
 
     @override
@@ -162,7 +216,20 @@ class WandbLogger(Logger):
             run.config.update(self._config, allow_val_change=True)
         self._unsent = False
         self._id = run.id
+        if self._exit_hook is None:
+            # Registered after wandb.init, so it runs before wandb's own exit hook closes the run.
+            self._exit_hook = flush_at_exit(self.flush)
         return run
+
+    def _add(self, step: int, values: dict[str, Any]) -> None:
+        """Buffer ``values`` in the step's row; starts the run on first use, so a missing wandb or a
+        failing ``wandb.init`` is reported by the call that logged, not by a later flush."""
+        if self._run is None:
+            self._run = self._start()
+        self._row.add(step, values)
+
+    def _send(self, step: int, values: dict[str, Any]) -> None:
+        self.experiment.log({**values, STEP_METRIC: step})
 
     def _init_args(self) -> dict[str, Any]:
         offline = self._offline or os.environ.get("WANDB_MODE") in ("offline", "dryrun")
@@ -192,6 +259,13 @@ class WandbLogger(Logger):
         for path in files:
             artifact.add_file(path, policy="immutable")
         self.experiment.log_artifact(artifact, aliases=["latest"])
+
+
+def _snapshot(value: Any) -> Any:
+    """A one-element tensor as a Python number, read now; anything else as it is (wandb converts it)."""
+    if isinstance(value, (float, int)):  # what the Trainer sends; hasattr on a float raises inside
+        return value
+    return value.item() if hasattr(value, "detach") and value.numel() == 1 else value
 
 
 def _wandb_masks(masks: dict[str, Any], class_labels: dict[int, str] | None) -> dict[str, dict[str, Any]]:
