@@ -77,4 +77,9 @@ class MetricLog:
         self.logged_metrics.update(floats)
         for lg in self.loggers:
             lg.log_metrics(floats, step)
-            lg.flush()
+
+    def flush_loggers(self) -> None:
+        """A logging point is complete (its metrics and whatever hooks logged beside them): send it as one row."""
+        if self.loggers and self.strategy.is_global_zero:
+            for lg in self.loggers:
+                lg.flush()

@@ -294,6 +294,11 @@ class Trainer:
         return self.fit_loop.val_loop.loaders
 
     @property
+    def is_last_batch(self) -> bool:
+        """Whether the training batch being run is the last of its epoch."""
+        return self.fit_loop.is_last_batch
+
+    @property
     def num_training_batches(self) -> int | float:
         return self.fit_loop.num_training_batches
 

@@ -72,6 +72,7 @@ class EvaluationLoop:
             set_rng_state(rng)
         hooks.call(trainer, f"on_{stage}_epoch_end")
         metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.global_step, publish=publish)
+        trainer.metric_log.flush_loggers()
         if before_end is not None:
             before_end()
         hooks.call(trainer, f"on_{stage}_end")

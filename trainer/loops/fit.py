@@ -52,6 +52,7 @@ class FitLoop:
         self.val_check_batch: int | float = math.inf
         self.signal_received: str | None = None
         self.resumed = False
+        self.is_last_batch = False  # the batch being trained is the epoch's last
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
@@ -184,6 +185,7 @@ class FitLoop:
             if batch_idx >= limit:
                 break
             if self._train_batch(calls, batch, batch_idx) is STOP_EPOCH:
+                self._step_epoch_schedulers(plateau=False)
                 return True
             self._finish_batch(batch_idx)
             stop = self.signal_received is not None
@@ -194,6 +196,8 @@ class FitLoop:
                 return False
             if 0 <= trainer.max_steps <= progress.global_step or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
+        if math.isinf(limit):  # a loader without a length: its last batch is known only now
+            self._step_epoch_schedulers(plateau=False)
         return True
 
     def _batches(self, loader: Iterable[Any], skip: int) -> Iterator[Any]:
@@ -212,12 +216,15 @@ class FitLoop:
             batch = calls.to_device(batch)
         results = trainer.metric_log.results
         results.batch = batch
+        self.is_last_batch = batch_idx + 1 >= self.num_training_batches
         for hook in calls.batch_start:
             if hook(batch, batch_idx) == -1:
                 return STOP_EPOCH
         steps_before = progress.global_step
         output = self.step.run(batch, batch_idx)
         progress.finish_batch()
+        if batch_idx + 1 == self.num_training_batches:
+            self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
         step = progress.global_step
         if step != steps_before:  # callbacks see every step's values; loggers every log_every_n_steps
             write = step % trainer.log_every_n_steps == 0
@@ -229,6 +236,8 @@ class FitLoop:
             outputs = _outputs(output, self.step.step_loss)
             for end_hook in calls.batch_end:
                 end_hook(outputs, batch, batch_idx)
+        if step != steps_before:
+            trainer.metric_log.flush_loggers()
         results.batch = None  # let the allocator reuse this batch's memory for the next one
         return output
 
@@ -258,14 +267,19 @@ class FitLoop:
         trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
         progress.epoch_finished = completed
         hooks.call_epoch_end(trainer, "on_train_epoch_end", between=functools.partial(self._epoch_metrics, completed))
+        trainer.metric_log.flush_loggers()
         progress.epoch_finished = False
 
     def _epoch_metrics(self, completed: bool) -> None:
-        trainer, progress = self.trainer, self.progress
-        trainer.metric_log.epoch_end(progress.epoch, progress.global_step)
-        if completed and self.optimization is not None and trainer.lightning_module.automatic_optimization:
-            for plateau in (False, True):
-                self.optimization.step_schedulers("epoch", progress.epoch, plateau)
+        """The epoch's metrics, then the plateau schedulers that monitor them (before the monitoring
+        callbacks save, so a checkpoint holds the stepped scheduler)."""
+        self.trainer.metric_log.epoch_end(self.progress.epoch, self.progress.global_step)
+        if completed:
+            self._step_epoch_schedulers(plateau=True)
+
+    def _step_epoch_schedulers(self, plateau: bool) -> None:
+        if self.optimization is not None and self.trainer.lightning_module.automatic_optimization:
+            self.optimization.step_schedulers("epoch", self.progress.epoch, plateau)
 
     # ---- validation --------------------------------------------------------------------------------
     def _val_due(self, batch_idx: int) -> bool:
