@@ -128,8 +128,10 @@ def sigkill_after(out: Path, announcement: str, *args: str) -> None:
     process of the job (other ranks, DataLoader workers) is gone, so the resume starts on a dead job."""
     proc = start(out, *args, "--sleep", "0.02")
     output = Output(proc)
-    output.wait_for(announcement)
-    proc.kill()
+    try:
+        output.wait_for(announcement)
+    finally:
+        proc.kill()  # also when the wait failed: no run outlives its test
     assert proc.wait() == -signal.SIGKILL, f"the run ended before the kill; output:\n{output.text}"
     output.wait_for_end()
     assert not (out / "final-rank0.pt").exists()
@@ -143,9 +145,10 @@ def resume(out: Path, *args: str) -> int:
 
 
 def assert_resumed_where_killed(resumed_at: int, announcement: str, total_steps: int) -> None:
-    """After ``STEP=n`` checkpoint n is complete; after ``SAVE=n`` it may be torn, then the resume uses n - 1."""
-    kind, n = announcement.split("=")
-    earliest = int(n) - (kind == "SAVE")
+    """After ``STEP=n`` checkpoint n is complete; after ``SAVE=n`` its write may not have finished (it is atomic),
+    and then the resume uses checkpoint n - 1. Resuming at the end would mean the kill came too late to test."""
+    kind, step = announcement.split("=")
+    earliest = int(step) - 1 if kind == "SAVE" else int(step)
     assert earliest <= resumed_at < total_steps, f"killed after {announcement}, resumed at step {resumed_at}"
 
 
