@@ -438,15 +438,48 @@ def test_log_with_bad_reduce_fx(tmp_path: Path) -> None:
         quiet(tmp_path).fit(BadLog(), loader(regression_data(16)))
 
 
-def test_deferred_nonfinite_check_raises_with_the_first_bad_step(tmp_path: Path) -> None:
-    """The sync-free path used on accelerators records the first bad step on the device."""
-    from trainer.loops.progress import Progress
-    from trainer.loops.training import AutomaticStep
+class OffCpu(torch.Tensor):
+    """A CPU tensor that reports it is not on the CPU: the stand-in for an accelerator's loss where torch has none."""
 
-    step = AutomaticStep.__new__(AutomaticStep)
-    step.progress = Progress(epoch=2)
-    step.first_nonfinite_step = torch.tensor(-1)
-    step.check_nonfinite()  # nothing bad recorded: no error
-    step.first_nonfinite_step = torch.tensor(7)
-    with pytest.raises(FloatingPointError, match="epoch 2, global step 7"):
-        step.check_nonfinite()
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
+
+class NanAtSevenAndNine(Regressor):
+    """Its loss is nan at global steps 7 and 9 only; ``off_cpu`` hands every loss back as an ``OffCpu`` tensor."""
+
+    def __init__(self, off_cpu: bool = False, bad_steps: tuple[int, ...] = (7, 9)) -> None:
+        super().__init__()
+        self.off_cpu = off_cpu
+        self.bad_steps = bad_steps
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if self.trainer.global_step in self.bad_steps:
+            loss = loss * math.nan
+        return loss.as_subclass(OffCpu) if self.off_cpu else loss
+
+
+OFF_THE_CPU = [pytest.param("cuda", marks=pytest.mark.cuda), pytest.param("cpu", id="cpu-with-off-cpu-loss")]
+
+
+@pytest.mark.parametrize("accelerator", OFF_THE_CPU)
+@pytest.mark.parametrize("log_every_n_steps", [4, 50])  # read at steps 4 and 8, or only at the epoch end
+def test_nonfinite_loss_off_the_cpu_raises_with_the_first_bad_step(
+    tmp_path: Path, accelerator: str, log_every_n_steps: int
+) -> None:
+    """Off the CPU the finite check does not sync every step; its error must still name the first bad step."""
+    fit = quiet(tmp_path, accelerator=accelerator, devices=1, log_every_n_steps=log_every_n_steps)
+    module = NanAtSevenAndNine(off_cpu=accelerator == "cpu")
+    with pytest.raises(FloatingPointError, match=r"non-finite loss.* at epoch 0, global step 7;.*'skip'"):
+        fit.fit(module, loader(regression_data(64), batch_size=4))  # 16 steps: step 9 is bad too
+
+
+@pytest.mark.parametrize("accelerator", OFF_THE_CPU)
+def test_finite_losses_off_the_cpu_train_to_the_end(tmp_path: Path, accelerator: str) -> None:
+    """The held-back check must not raise when no loss went bad."""
+    fit = quiet(tmp_path, accelerator=accelerator, devices=1, log_every_n_steps=4)
+    fit.fit(NanAtSevenAndNine(off_cpu=accelerator == "cpu", bad_steps=()), loader(regression_data(64), batch_size=4))
+    assert fit.global_step == 16 and fit.current_epoch == 1
+    assert fit.last_loss is not None and math.isfinite(float(fit.last_loss))

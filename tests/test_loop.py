@@ -1,4 +1,4 @@
-"""The fit loop does exactly what a hand-written PyTorch loop does."""
+"""The fit loop does exactly what a hand-written PyTorch loop does, and stops where its limits say."""
 
 from __future__ import annotations
 
@@ -46,23 +46,6 @@ def test_fp32_single_device_is_bitwise_equal_to_hand_written_loop(
     assert_bitwise_equal(params(reference), params(ours))
 
 
-def test_sanity_check_and_validation_do_not_change_training(tmp_path: Path) -> None:
-    ds = regression_data()
-    results = []
-    for sanity in (0, 2):
-        torch.manual_seed(3)
-        module = Regressor(dropout=0.3)
-        quiet(tmp_path, max_epochs=2, num_sanity_val_steps=sanity).fit(
-            module, loader(ds, shuffle=True), loader(ds, batch_size=16)
-        )
-        results.append(params(module))
-    torch.manual_seed(3)
-    reference = Regressor(dropout=0.3)
-    hand_written(reference, loader(ds, shuffle=True), epochs=2)
-    assert_bitwise_equal(results[0], results[1])
-    assert_bitwise_equal(results[0], params(reference))
-
-
 @pytest.mark.parametrize("accumulate", [2, 5])
 def test_accumulation_averages_each_window_and_steps_the_partial_last_one(tmp_path: Path, accumulate: int) -> None:
     ds = regression_data(n=88)  # 11 batches of 8: windows of 2 -> 5x2 + 1; of 5 -> 5 + 5 + 1
@@ -77,20 +60,75 @@ def test_accumulation_averages_each_window_and_steps_the_partial_last_one(tmp_pa
     assert_bitwise_equal(params(reference), params(ours))
 
 
-def test_max_steps_stops_mid_epoch(tmp_path: Path) -> None:
-    fit = quiet(tmp_path, max_steps=7, max_epochs=5)
-    fit.fit(Regressor(), loader(regression_data()))  # 12 batches per epoch
-    assert fit.global_step == 7
-    assert fit.current_epoch == 0 and fit.batches_done == 7
+class Counting(Regressor):
+    """Records each training batch as (epoch, batch_idx), each validation batch as (sanity checking, batch_idx)."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout=dropout)
+        self.train_batches: list[tuple[int, int]] = []
+        self.val_batches: list[tuple[bool, int]] = []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.train_batches.append((self.current_epoch, batch_idx))
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.val_batches.append((self.trainer.sanity_checking, batch_idx))
+        torch.rand(3)  # validation draws from the global RNG, as random augmentation would
+        super().validation_step(batch, batch_idx)
 
 
-def test_limit_train_batches(tmp_path: Path) -> None:
-    fit = quiet(tmp_path, max_epochs=2, limit_train_batches=3)
-    fit.fit(Regressor(), loader(regression_data()))
-    assert fit.global_step == 6
-    fit = quiet(tmp_path, max_epochs=1, limit_train_batches=0.5)
-    fit.fit(Regressor(), loader(regression_data()))
-    assert fit.global_step == 6
+def test_sanity_check_and_validation_do_not_change_training(tmp_path: Path) -> None:
+    """Dropout, shuffled training and validation data, and a validation step that draws random numbers: with or
+    without the sanity check, and validating every epoch, training is still exactly the hand-written loop's."""
+    ds = regression_data(32)
+    results = []
+    for sanity in (0, 2):
+        torch.manual_seed(5)
+        module = Counting(dropout=0.3)
+        fit = quiet(tmp_path, max_epochs=2, num_sanity_val_steps=sanity)
+        fit.fit(module, loader(ds, shuffle=True), loader(ds, shuffle=True))
+        assert len(module.val_batches) == sanity + 2 * 4  # validation did run, so it had the chance to interfere
+        results.append(params(module))
+    torch.manual_seed(5)
+    reference = Regressor(dropout=0.3)
+    hand_written(reference, loader(ds, shuffle=True), epochs=2)
+    assert_bitwise_equal(results[0], results[1])
+    assert_bitwise_equal(results[0], params(reference))
+
+
+@pytest.mark.parametrize(("max_steps", "accumulate", "epoch"), [(3, 1, 0), (6, 1, 1), (6, 2, 1)])
+def test_max_steps_stops_mid_epoch(tmp_path: Path, max_steps: int, accumulate: int, epoch: int) -> None:
+    """4 optimizer steps an epoch: the run ends right after step ``max_steps``, mid-epoch, though max_epochs
+    allows more, and counts optimizer steps, not micro-batches."""
+    module = Counting()
+    per_epoch = 4 * accumulate
+    fit = quiet(tmp_path, max_steps=max_steps, max_epochs=5, accumulate_grad_batches=accumulate)
+    fit.fit(module, loader(regression_data(32), batch_size=32 // per_epoch))
+    assert fit.global_step == max_steps
+    assert module.train_batches == [divmod(b, per_epoch) for b in range(max_steps * accumulate)]
+    assert fit.current_epoch == epoch
+
+
+@pytest.mark.parametrize(("limit", "per_epoch"), [(3, 3), (0.5, 2), (1.0, 4), (10, 4)])
+def test_limit_train_batches(tmp_path: Path, limit: int | float, per_epoch: int) -> None:
+    """An int is a count of batches, a float a fraction of the loader; neither runs past the loader's end."""
+    module = Counting()
+    fit = quiet(tmp_path, max_epochs=2, limit_train_batches=limit)
+    fit.fit(module, loader(regression_data(16), batch_size=4))
+    assert module.train_batches == [(e, b) for e in range(2) for b in range(per_epoch)]
+    assert fit.global_step == 2 * per_epoch
+
+
+@pytest.mark.parametrize(("sanity", "expected"), [(0, []), (2, [0, 1]), (-1, [0, 1, 2, 3])])
+def test_num_sanity_val_steps(tmp_path: Path, sanity: int, expected: list[int]) -> None:
+    module = Counting()
+    fit = quiet(tmp_path, max_epochs=1, num_sanity_val_steps=sanity)
+    fit.fit(module, loader(regression_data(8), batch_size=4), loader(regression_data(16), batch_size=4))
+    sanity_batches = [b for checking, b in module.val_batches if checking]
+    assert sanity_batches == expected
+    assert [b for checking, b in module.val_batches if not checking] == [0, 1, 2, 3]
+    assert module.val_batches[: len(expected)] == [(True, b) for b in expected]  # all before training
 
 
 def test_train_and_eval_modes_switch(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Mixed precision, the GradScaler, gradient clipping, LR schedulers and the loop's batch/step limits."""
+"""Mixed precision, the GradScaler, gradient clipping and LR schedulers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 
 import trainer
 from tests import models
-from tests.models import Regressor, assert_bitwise_equal, loader, params, regression_data
+from tests.models import Regressor, loader, params, regression_data
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> trainer.Trainer:
@@ -271,66 +271,3 @@ def test_reduce_on_plateau_with_an_unlogged_monitor_names_the_logged_keys(tmp_pa
         quiet(tmp_path).fit(
             Linear(scheduler="plateau-missing"), loader(small_data(8), batch_size=4), loader(small_data(8))
         )
-
-
-# ---- limits ----------------------------------------------------------------------------------------------
-class Counting(Regressor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.train_batches: list[tuple[int, int]] = []
-        self.val_batches: list[tuple[bool, int]] = []
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        self.train_batches.append((self.current_epoch, batch_idx))
-        return super().training_step(batch, batch_idx)
-
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self.val_batches.append((self.trainer.sanity_checking, batch_idx))
-        torch.rand(3)  # validation draws from the global RNG, as random augmentation would
-        super().validation_step(batch, batch_idx)
-
-
-@pytest.mark.parametrize(("accumulate", "batches"), [(1, 6), (2, 12)])
-def test_max_steps_stops_mid_epoch(tmp_path: Path, accumulate: int, batches: int) -> None:
-    module = Counting()
-    fit = quiet(tmp_path, max_steps=6, max_epochs=None, accumulate_grad_batches=accumulate)
-    fit.fit(module, loader(regression_data(32), batch_size=32 // (4 * accumulate)))  # 4 steps an epoch
-    assert fit.global_step == 6
-    assert len(module.train_batches) == batches
-    assert module.train_batches[-1] == (1, batches - 4 * accumulate - 1)
-    assert fit.current_epoch == 1
-
-
-@pytest.mark.parametrize(("limit", "per_epoch"), [(3, 3), (0.5, 2), (1.0, 4), (10, 4)])
-def test_limit_train_batches(tmp_path: Path, limit: int | float, per_epoch: int) -> None:
-    module = Counting()
-    fit = quiet(tmp_path, max_epochs=2, limit_train_batches=limit)
-    fit.fit(module, loader(regression_data(16), batch_size=4))
-    assert fit.num_training_batches == per_epoch
-    assert module.train_batches == [(e, b) for e in range(2) for b in range(per_epoch)]
-    assert fit.global_step == 2 * per_epoch
-
-
-@pytest.mark.parametrize(("sanity", "expected"), [(0, []), (2, [0, 1]), (-1, [0, 1, 2, 3])])
-def test_num_sanity_val_steps(tmp_path: Path, sanity: int, expected: list[int]) -> None:
-    module = Counting()
-    fit = quiet(tmp_path, max_epochs=1, num_sanity_val_steps=sanity)
-    fit.fit(module, loader(regression_data(8), batch_size=4), loader(regression_data(16), batch_size=4))
-    sanity_batches = [b for checking, b in module.val_batches if checking]
-    assert sanity_batches == expected
-    assert [b for checking, b in module.val_batches if not checking] == [0, 1, 2, 3]
-    assert module.val_batches[: len(expected)] == [(True, b) for b in expected]  # all before training
-
-
-def test_sanity_check_does_not_change_training(tmp_path: Path) -> None:
-    """Dropout, shuffled training and validation data, and a validation step that draws random numbers."""
-    ds = regression_data(32)
-    results = []
-    for sanity in (0, 2):
-        torch.manual_seed(5)
-        module = Counting()
-        module.net[2].p = 0.3  # type: ignore[union-attr]
-        fit = quiet(tmp_path, max_epochs=2, num_sanity_val_steps=sanity)
-        fit.fit(module, loader(ds, batch_size=8, shuffle=True), loader(ds, batch_size=8, shuffle=True))
-        results.append(params(module))
-    assert_bitwise_equal(results[0], results[1])

@@ -3,7 +3,8 @@
     python resumable_run.py OUT_DIR [--resume] [--strategy single|ddp] [--devices N] [--sleep S]
 
 Saves a checkpoint after every step (``last.ckpt``) and, when it finishes, the final
-parameters to ``OUT_DIR/final-rank<r>.pt``.
+parameters to ``OUT_DIR/final-rank<r>.pt``. Global rank zero announces its progress on stdout
+(see ``Announce``), so a test can kill it at a chosen step instead of after a guessed delay.
 """
 
 from __future__ import annotations
@@ -46,6 +47,30 @@ class Net(trainer.Module):
         }
 
 
+class Announce(trainer.Callback):
+    """Flushed progress lines from global rank zero, each printed just before the work it names.
+
+    ``START=<n>``: the run begins (or resumes) at global step n. ``STEP=<n>``: a training batch begins
+    after n optimizer steps (the step then sleeps first: a kill here lands mid-step). ``SAVE=<n>``: the
+    checkpoint of step n is about to be written (a kill here lands mid-save).
+    """
+
+    def _say(self, trainer: trainer.Trainer, what: str) -> None:
+        if trainer.is_global_zero:
+            print(f"{what}={trainer.global_step}", flush=True)
+
+    def on_fit_start(self, trainer: trainer.Trainer, module: trainer.Module) -> None:
+        self._say(trainer, "START")
+
+    def on_train_batch_start(
+        self, trainer: trainer.Trainer, module: trainer.Module, batch: Any, batch_idx: int
+    ) -> None:
+        self._say(trainer, "STEP")
+
+    def on_save_checkpoint(self, trainer: trainer.Trainer, module: trainer.Module, checkpoint: dict[str, Any]) -> None:
+        self._say(trainer, "SAVE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -68,7 +93,10 @@ def main() -> None:
         enable_progress_bar=False,
         num_sanity_val_steps=0,
         default_root_dir=args.out,
-        callbacks=[trainer.ModelCheckpoint(dirpath=args.out / "ckpts", every_n_train_steps=1, save_top_k=0)],
+        callbacks=[
+            trainer.ModelCheckpoint(dirpath=args.out / "ckpts", every_n_train_steps=1, save_top_k=0),
+            Announce(),
+        ],
     )
     module = Net(args.sleep)
     fit.fit(

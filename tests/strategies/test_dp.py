@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from trainer.strategies.ddp import StepWrapper
@@ -103,8 +104,41 @@ def test_collectives_are_one_process_no_ops() -> None:
     assert strategy.all_reduce(value, "sum") is value
     assert strategy.all_gather(value).shape == (1, 2)
     assert strategy.broadcast({"a": 1}) == {"a": 1}
-    strategy.barrier()
+    assert strategy.gather_objects({"a": 1}) == [{"a": 1}]
+    assert strategy.reduce_boolean_decision(True) and not strategy.reduce_boolean_decision(False)
     assert strategy.world_size == 1 and strategy.is_global_zero
+
+
+def test_barrier_waits_for_no_one() -> None:
+    """One process: the barrier (and ``rank_zero_first``, built on it) must neither start a process group
+    nor wait for a rank that does not exist; a real collective here would hang or raise."""
+    strategy = DataParallelStrategy()
+    strategy.barrier()
+    ran: list[int] = []
+    with strategy.rank_zero_first():
+        ran.append(strategy.global_rank)
+    assert ran == [0]
+    assert not (dist.is_available() and dist.is_initialized())
+
+
+def grads(module: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in module.parameters() if p.grad is not None]
+
+
+def test_no_sync_lets_gradients_accumulate_on_the_users_module() -> None:
+    """DataParallel reduces the replicas' gradients inside every backward, so ``no_sync`` must not hold any back:
+    a micro-batch's gradients land on the user's module exactly as a plain step's do."""
+    module = Steps()
+    strategy = cpu_strategy(module)
+    step = strategy.step_function("training")
+    step(batch(), 0).backward()
+    once = grads(module)
+    module.zero_grad()
+    with strategy.no_sync():
+        step(batch(), 0).backward()
+    assert len(once) == 2 and all(torch.equal(a, b) for a, b in zip(grads(module), once, strict=True))
+    step(batch(), 1).backward()  # the step that closes the window adds onto what no_sync left
+    assert all(torch.equal(a, 2 * b) for a, b in zip(grads(module), once, strict=True))
 
 
 @pytest.mark.cuda
