@@ -483,3 +483,20 @@ def test_finite_losses_off_the_cpu_train_to_the_end(tmp_path: Path, accelerator:
     fit.fit(NanAtSevenAndNine(off_cpu=accelerator == "cpu", bad_steps=()), loader(regression_data(64), batch_size=4))
     assert fit.global_step == 16 and fit.current_epoch == 1
     assert fit.last_loss is not None and math.isfinite(float(fit.last_loss))
+
+
+@pytest.mark.parametrize("accelerator", OFF_THE_CPU)
+def test_a_checkpoint_is_never_written_from_weights_a_held_back_nonfinite_loss_made(
+    tmp_path: Path, accelerator: str
+) -> None:
+    """Off the CPU the finite check waits for a logging interval; a checkpoint must not overwrite a good
+    one with the NaN weights of the steps in between (found by a step checkpoint at every step)."""
+    every = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=1, save_top_k=0, save_last=True)
+    fit = quiet(
+        tmp_path, accelerator=accelerator, devices=1, log_every_n_steps=50, enable_checkpointing=True, callbacks=[every]
+    )
+    with pytest.raises(FloatingPointError, match=r"global step 7"):
+        fit.fit(NanAtSevenAndNine(off_cpu=accelerator == "cpu"), loader(regression_data(64), batch_size=4))
+    last = torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 7  # saved after step 7's step (whose loss was still finite): before the NaN one
+    assert all(torch.isfinite(t).all() for t in last["state_dict"].values())

@@ -57,6 +57,10 @@ CASES = {
     "shuffle": ({"shuffle": True}, False, 1),
     "shuffle-workers": ({"shuffle": True, "num_workers": 2}, False, 1),
     "random-augmentation": ({"shuffle": True}, True, 1),
+    # Augmentation drawn inside DataLoader workers: each sample is seeded from (data seed, epoch, index).
+    "random-augmentation-1-worker": ({"shuffle": True, "num_workers": 1}, True, 1),
+    "random-augmentation-2-workers": ({"shuffle": True, "num_workers": 2}, True, 1),
+    "random-augmentation-persistent-workers": ({"shuffle": True, "num_workers": 2, "persistent_workers": True}, True, 1),
     "accumulation": ({"shuffle": True}, False, 3),
     "own-generator": ({"shuffle": True, "generator": torch.Generator().manual_seed(5)}, False, 1),
 }

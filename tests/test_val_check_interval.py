@@ -168,7 +168,7 @@ def test_resuming_at_a_due_validation_neither_loses_nor_repeats_it(tmp_path: Pat
 
 
 def test_resuming_from_a_checkpoint_saved_at_validation_end_does_not_repeat_the_validation(tmp_path: Path) -> None:
-    full, full_fit = resumable(tmp_path / "full", monitor=True)
+    full, _ = resumable(tmp_path / "full", monitor=True)
     resumed, fit = resumable(tmp_path / "again", ckpt=tmp_path / "full" / "best" / "step=4.ckpt", monitor=True)
     assert_bitwise_equal(params(resumed), params(full))
     assert fit.fit_loop.progress.validations == 10

@@ -54,9 +54,6 @@ class MetricLog:
             unwritten, self._unwritten = self._unwritten, {}
             self._write(unwritten, results.no_logger, epoch, step)
 
-    def has_step_values(self) -> bool:
-        return bool(self.results.step_values or self._unwritten)
-
     def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
         """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
         results = self.results

@@ -452,9 +452,15 @@ class Trainer:
         return predict(self, model, dataloaders, datamodule, return_predictions, ckpt_path)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
-        """Collective: every rank must call it; global rank zero writes the file atomically."""
+        """Collective: every rank must call it; global rank zero writes the file atomically.
+
+        During fit a non-finite loss the accelerator has not reported yet is read first: the error
+        comes before NaN weights could replace a good checkpoint.
+        """
         from trainer.checkpoint.state import build_checkpoint
 
+        if self.state.fn == "fit" and self.fit_loop.step is not None:
+            self.fit_loop.step.check_nonfinite()
         self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))
 
 

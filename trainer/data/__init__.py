@@ -10,7 +10,7 @@ its finished batches.
 
 from trainer.data.device import move_to_device
 from trainer.data.loaders import has_len, num_batches, set_epoch
-from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches
+from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import (
     DistributedSamplerWrapper,
@@ -34,4 +34,5 @@ __all__ = [
     "seed_samples",
     "set_epoch",
     "skip_batches",
+    "start_persistent_workers",
 ]

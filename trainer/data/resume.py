@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -129,11 +129,32 @@ def restore_epoch_rng(loader: Iterable[Any], state: dict[str, torch.Tensor]) -> 
             gen.set_state(state[key])
 
 
-def skip_batches(loader: Iterable[Any], num_batches: int) -> Iterable[Any]:
+def start_persistent_workers(loader: Iterable[Any], start: Callable[[Iterable[Any]], Any]) -> None:
+    """A resumed run's persistent workers, started without a trace in any RNG.
+
+    With ``persistent_workers`` a run creates its iterator (and draws its workers' base seed from the
+    global RNG or the loader's generator) once, in its first epoch; later epochs reuse it. A run
+    resumed in a later epoch would create it then: one draw the uninterrupted run never made, which
+    shifts every later random number. Creating it here, with the RNGs put back, makes every epoch's
+    ``iter()`` a reuse, as in the uninterrupted run. (Which seed the workers got does not matter:
+    the samples draw from their own seeds, see ``sample_seeds``.)
+    """
+    if not isinstance(loader, DataLoader) or not loader.persistent_workers or loader.num_workers == 0:
+        return
+    if getattr(loader, "_iterator", None) is not None:
+        return
+    state = capture_epoch_rng(loader)
+    start(loader)
+    restore_epoch_rng(loader, state)
+
+
+def skip_batches(loader: Iterable[Any], num_batches: int, reused_workers: bool = False) -> Iterable[Any]:
     """Same loader minus its first ``num_batches`` batches; a DataLoader skips index lists (no data loaded).
 
     ``iter()`` of the result makes the same RNG draws, in the same order, as ``iter()`` followed by
     the first ``next()`` of the original: the DataLoader's base_seed, then the sampler's own seed.
+    ``reused_workers``: the original reused persistent workers here and drew no base_seed, so the
+    result draws its own from a private generator.
     A plain iterable has no indices: its first batches are read and discarded (``itertools.islice``)
     inside ``iter()``, which resumes exactly only when it yields the same batches each time it is
     iterated with the same global RNG (the only RNG the Trainer restores for it).
@@ -144,8 +165,11 @@ def skip_batches(loader: Iterable[Any], num_batches: int) -> Iterable[Any]:
         return _SkipIterable(loader, num_batches)
     if isinstance(loader.dataset, IterableDataset):
         raise ValueError("cannot skip batches of an IterableDataset without reading them; make it resumable")
+    settings = rebuild_settings(loader)
+    if reused_workers:
+        settings["generator"] = torch.Generator()
     if loader.batch_sampler is None:  # batch_size=None: the sampler yields whole items
         skipper = _SkipBatches(loader.sampler, num_batches)
-        return _ResumeLoader(loader.dataset, batch_size=None, sampler=skipper, **rebuild_settings(loader))
+        return _ResumeLoader(loader.dataset, batch_size=None, sampler=skipper, **settings)
     skipper = _SkipBatches(loader.batch_sampler, num_batches)
-    return _ResumeLoader(loader.dataset, batch_sampler=skipper, **rebuild_settings(loader))
+    return _ResumeLoader(loader.dataset, batch_sampler=skipper, **settings)

@@ -140,6 +140,9 @@ class FitLoop:
     # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
+        if self.resumed and (progress.epoch > 0 or progress.batches_done > 0):
+            assert self.train_dataloader is not None
+            data.start_persistent_workers(self.train_dataloader, start_iterator)
         while True:
             if 0 <= trainer.max_steps <= progress.global_step:
                 break
@@ -174,7 +177,7 @@ class FitLoop:
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = _BatchCalls(trainer)
+        calls = _BatchCalls(trainer, self._may_follow_batches())
         batches = self._batches(loader, skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
@@ -187,7 +190,8 @@ class FitLoop:
             if self._train_batch(calls, batch, batch_idx) is STOP_EPOCH:
                 self._step_epoch_schedulers(plateau=False)
                 return True
-            self._finish_batch(batch_idx)
+            if calls.followups:
+                self._finish_batch(batch_idx)
             stop = self.signal_received is not None
             if agree is not None:
                 stop = batch_idx % SIGNAL_CHECK_EVERY == 0 and agree(stop)
@@ -205,7 +209,8 @@ class FitLoop:
         checkpoint's RNG stream."""
         if not skip:
             return start_iterator(loader)
-        iterator = start_iterator(data.skip_batches(loader, skip))
+        reused = self.progress.epoch > 0 and bool(getattr(loader, "persistent_workers", False))
+        iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
         self._resume_rng_now()
         return iterator
 
@@ -222,22 +227,23 @@ class FitLoop:
                 return STOP_EPOCH
         steps_before = progress.global_step
         output = self.step.run(batch, batch_idx)
-        progress.finish_batch()
-        if batch_idx + 1 == self.num_training_batches:
+        progress.batches_done += 1
+        progress.total_batches += 1
+        if self.is_last_batch:
             self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
         step = progress.global_step
         if step != steps_before:  # callbacks see every step's values; loggers every log_every_n_steps
             write = step % trainer.log_every_n_steps == 0
             if write:
                 self.step.check_nonfinite()
-            if trainer.metric_log.has_step_values():
+            if results.step_values or write:
                 trainer.metric_log.step_end(progress.epoch, step, write)
         if calls.batch_end:
             outputs = _outputs(output, self.step.step_loss)
             for end_hook in calls.batch_end:
                 end_hook(outputs, batch, batch_idx)
-        if step != steps_before:
-            trainer.metric_log.flush_loggers()
+        if calls.flush is not None and step != steps_before:
+            calls.flush()
         results.batch = None  # let the allocator reuse this batch's memory for the next one
         return output
 
@@ -253,6 +259,13 @@ class FitLoop:
             assert self.optimization is not None
             self.optimization.step_schedulers("step", batch_idx, plateau=True)
         progress.closed_at = progress.total_batches
+
+    def _may_follow_batches(self) -> bool:
+        """Whether anything can fall due after a batch: a validation, or a plateau scheduler stepped per step."""
+        plateau = self.optimization is not None and any(
+            c.reduce_on_plateau and c.interval == "step" for c in self.optimization.lr_scheduler_configs
+        )
+        return plateau or (bool(self.val_loop.loaders) and sum(self.val_loop.num_batches) > 0)
 
     def _accumulating(self, batch_idx: int) -> bool:
         accumulate = self.trainer.accumulate_grad_batches
@@ -415,12 +428,15 @@ class FitLoop:
 
 
 class _BatchCalls:
-    """What a training batch calls besides the step, looked up once per epoch."""
+    """What a training batch calls besides the step, looked up once per epoch; nothing for what
+    cannot happen (no loggers to flush, no validation or plateau scheduler that could fall due)."""
 
-    def __init__(self, trainer: TrainerView) -> None:
+    def __init__(self, trainer: TrainerView, followups: bool) -> None:
         self.to_device = transfer(trainer)
         self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
         self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
+        self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
+        self.followups = followups
 
 
 def _outputs(output: Any, loss: torch.Tensor | None) -> Any:

@@ -22,10 +22,6 @@ class Progress:
     def start_epoch(self) -> None:
         self.batches_done = 0
 
-    def finish_batch(self) -> None:
-        self.batches_done += 1
-        self.total_batches += 1
-
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 

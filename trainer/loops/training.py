@@ -57,9 +57,13 @@ class AutomaticStep:
             or hooks.resolved(trainer, "on_after_backward")
             or overrides(module, "backward", Module)
         )
+        self.plain_zero_grad = not self.before_zero_grad and not self.custom_zero_grad
         self.before_step = hooks.resolved(trainer, "on_before_optimizer_step")
         self.unscale = overrides(precision, "unscale_", Precision)
+        self.updates_precision = overrides(precision, "update", Precision)
         self.custom_clipping = overrides(module, "configure_gradient_clipping", Module)
+        self.clips = self.custom_clipping or trainer.gradient_clip_val is not None
+        self.schedules = bool(self.optimization.lr_scheduler_configs)
         self.closure_step = overrides(module, "optimizer_step", Module) or isinstance(self.optimizer, torch.optim.LBFGS)
         self.check_finite = trainer.on_nonfinite_loss != "off"
 
@@ -89,7 +93,10 @@ class AutomaticStep:
         """
         output = self.forward(batch, batch_idx)
         if self.accumulate == 1 or batch_idx % self.accumulate == 0:
-            self._zero_grad(batch_idx)
+            if self.plain_zero_grad:
+                self.optimizer.zero_grad()
+            else:
+                self._zero_grad(batch_idx)
         try:
             loss = output["loss"] if isinstance(output, dict) else output
             if self.check_finite and not self._finite(loss):
@@ -121,9 +128,14 @@ class AutomaticStep:
             precision.unscale_(optimizer)
         for hook in self.before_step:
             hook(optimizer)
-        self._clip(optimizer)
+        if self.clips:
+            self._clip(optimizer)
         precision.optimizer_step(optimizer)
-        self._after_step(batch_idx)
+        # _after_step's lines, inline: this is the path every plain step takes
+        stepped = precision.update() if self.updates_precision else True
+        self.progress.global_step += 1
+        if stepped and self.schedules:
+            self.optimization.step_schedulers("step", batch_idx, plateau=False)
 
     def _clip(self, optimizer: torch.optim.Optimizer) -> None:
         trainer = self.trainer
@@ -135,9 +147,9 @@ class AutomaticStep:
             self.optimization.clip_gradients(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
     def _after_step(self, batch_idx: int) -> None:
-        stepped = self.trainer.precision.update()
+        stepped = self.trainer.precision.update() if self.updates_precision else True
         self.progress.global_step += 1
-        if stepped and self.optimization.lr_scheduler_configs:  # an fp16 overflow skipped the step: hold the LR
+        if stepped and self.schedules:  # an fp16 overflow skipped the step: hold the LR
             self.optimization.step_schedulers("step", batch_idx, plateau=False)
 
     def _run_with_closure(self, batch: Any, batch_idx: int, should_step: bool) -> Any:
