@@ -60,7 +60,11 @@ CASES = {
     # Augmentation drawn inside DataLoader workers: each sample is seeded from (data seed, epoch, index).
     "random-augmentation-1-worker": ({"shuffle": True, "num_workers": 1}, True, 1),
     "random-augmentation-2-workers": ({"shuffle": True, "num_workers": 2}, True, 1),
-    "random-augmentation-persistent-workers": ({"shuffle": True, "num_workers": 2, "persistent_workers": True}, True, 1),
+    "random-augmentation-persistent-workers": (
+        {"shuffle": True, "num_workers": 2, "persistent_workers": True},
+        True,
+        1,
+    ),
     "accumulation": ({"shuffle": True}, False, 3),
     "own-generator": ({"shuffle": True, "generator": torch.Generator().manual_seed(5)}, False, 1),
 }

@@ -8,12 +8,16 @@ sent them at exit.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.helpers import REPO_ROOT, assert_no_leftovers, run_python
+from tests.helpers import REPO_ROOT, assert_no_leftovers, finish, run_python, start
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "worker_job.py")
 DEADLINE_S = 20.0
@@ -139,3 +143,54 @@ def test_stop_signals_are_restored_after_fit_in_the_main_process() -> None:
 
 
 assert signal.SIGTERM  # the module needs POSIX signals
+
+
+def wait_for_step(proc: subprocess.Popen[str], step: int, deadline: float = 60.0) -> list[str]:
+    """Read the job's output until it announces ``STEP=<step>``; return the lines read."""
+    lines: list[str] = []
+    end = time.monotonic() + deadline
+    assert proc.stdout is not None
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.strip() == f"STEP={step}":
+            return lines
+    shown = "".join(lines)
+    raise AssertionError(f"the job never announced STEP={step}:\n{shown}")
+
+
+@pytest.mark.parametrize(
+    ("persistent", "to_group"),
+    [
+        pytest.param(True, True, id="persistent-workers-whole-group"),
+        pytest.param(True, False, id="persistent-workers-main-process", marks=pytest.mark.slow),
+        pytest.param(False, True, id="workers-whole-group", marks=pytest.mark.slow),
+        pytest.param(False, False, id="workers-main-process", marks=pytest.mark.slow),
+    ],
+)
+def test_sigterm_mid_epoch_with_workers_saves_exits_and_resumes_exactly(
+    tmp_path: Path, persistent: bool, to_group: bool
+) -> None:
+    """Random augmentation runs in the workers; the resumed run must end bitwise equal."""
+    flags = ["--case", "sigterm", "--epochs", "2", *(["--persistent"] if persistent else [])]
+    reference = run_python([SCRIPT, str(tmp_path / "full"), *flags], timeout=120)
+    assert reference.returncode == 0, reference.output
+    out = tmp_path / "stopped"
+    proc = start([SCRIPT, str(out), *flags])
+    wait_for_step(proc, 15)  # epoch 1, 3 batches in
+    if to_group:
+        os.killpg(proc.pid, signal.SIGTERM)  # SLURM, Kubernetes, `timeout`: every process of the job
+    else:
+        proc.send_signal(signal.SIGTERM)
+    done = finish(proc, timeout=DEADLINE_S)
+    assert done.returncode == 0, done.output
+    assert "SIGTERM received; saved" in done.output
+    assert not (out / "final-rank0.pt").exists()
+    resumed = run_python([SCRIPT, str(out), *flags, "--resume"], timeout=120)
+    assert resumed.returncode == 0, resumed.output
+    want = torch.load(tmp_path / "full" / "final-rank0.pt", weights_only=True)
+    got = torch.load(out / "final-rank0.pt", weights_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert_no_leftovers(str(out))

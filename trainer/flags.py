@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 NONFINITE = ("raise", "skip", "off")
+DATA_CHANGE = ("raise", "restart_epoch")
 CLIP = ("norm", "value")
 
 
@@ -85,3 +86,5 @@ def check_choices(values: dict[str, Any]) -> None:
         raise ValueError(f"gradient_clip_val={clip!r} must be > 0 or None.")
     if values["on_nonfinite_loss"] not in NONFINITE:
         raise ValueError(f"on_nonfinite_loss={values['on_nonfinite_loss']!r}: choose one of {', '.join(NONFINITE)}.")
+    if values["on_data_change"] not in DATA_CHANGE:
+        raise ValueError(f"on_data_change={values['on_data_change']!r}: choose one of {', '.join(DATA_CHANGE)}.")

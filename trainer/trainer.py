@@ -66,6 +66,7 @@ class Trainer:
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
         on_nonfinite_loss: str = "raise",
+        on_data_change: str = "raise",
         use_distributed_sampler: bool = True,
         compile: bool = False,
         seed: int = 0,
@@ -104,6 +105,8 @@ class Trainer:
             enable_progress_bar: draw a progress bar on rank zero.
             enable_checkpointing: keep last.ckpt and the best checkpoints.
             on_nonfinite_loss: "raise" (default), "skip" the batch, or "off" (no check).
+            on_data_change: a mid-epoch resume whose training data changed (batch size, dataset length, ...)
+                would skip or repeat samples: "raise" (default), or "restart_epoch" from its first batch.
             use_distributed_sampler: shard training data with a DistributedSampler under DDP.
             compile: apply torch.compile to the module (checkpoints stay portable).
             seed: seed of the DistributedSampler's shuffle.
@@ -147,6 +150,7 @@ class Trainer:
         self.deterministic = deterministic
         self.default_root_dir = Path(default_root_dir)
         self.on_nonfinite_loss = on_nonfinite_loss
+        self.on_data_change = on_data_change
         self.use_distributed_sampler = use_distributed_sampler
         self.compile = compile
         self.seed = seed

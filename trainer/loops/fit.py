@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.data as data
+import trainer.data.position as position
 import trainer.loops.hooks as hooks
 from trainer.loops.batches import transfer
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
@@ -55,6 +57,9 @@ class FitLoop:
         self.is_last_batch = False  # the batch being trained is the epoch's last
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
+        self.layout: dict[str, Any] = {}  # what the position in an epoch depends on (data.position)
+        self.saved_layout: dict[str, Any] | None = None  # the resumed checkpoint's
+        self.resharded: Iterable[Any] | None = None  # the interrupted epoch's rest, on another number of ranks
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
 
@@ -80,6 +85,8 @@ class FitLoop:
         self.progress = Progress()
         self.signal_received = None
         self.resumed = False
+        self.saved_layout = None
+        self.resharded = None
         self.epoch_rng = {}
         self.resume_rng = None
 
@@ -132,9 +139,42 @@ class FitLoop:
         self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
         if self.num_training_batches == 0:
             raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
+        self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_training_batches)
+        saved = self.saved_layout
+        if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
+            self._continue_position(train_loader)  # inside an epoch: the position depends on the data
         self.val_loop.setup(val_loaders, trainer.limits["validation"])
         self.val_check_batch = _val_check_batch(
             trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
+        )
+
+    def _continue_position(self, train_loader: Any) -> None:
+        """A mid-epoch checkpoint's position, in data laid out as now: exact, rebuilt on another number
+        of ranks, restarted (when asked), or refused naming what changed."""
+        trainer, progress, saved = self.trainer, self.progress, self.saved_layout
+        assert saved is not None
+        changed = position.changes(saved, self.layout)
+        if not changed:
+            if saved["world_size"] != trainer.world_size:  # same global batch: rebuild the old layout
+                self.resharded = position.reshard(
+                    train_loader, saved, trainer.world_size, trainer.global_rank, progress.epoch
+                )
+            return
+        what = position.describe(changed)
+        if trainer.on_data_change == "restart_epoch":
+            warnings.warn(
+                f"the training data changed since the checkpoint ({what}): epoch {progress.epoch} restarts from its "
+                f"first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
+                stacklevel=2,
+            )
+            progress.batches_done = 0
+            self.epoch_rng = {}
+            return
+        raise ValueError(
+            f"the checkpoint was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of its "
+            f"batches, but the training data changed since: {what}. That position would skip or repeat samples. "
+            "Resume from a checkpoint taken at an epoch's end, or pass Trainer(on_data_change='restart_epoch') to "
+            f"train epoch {progress.epoch} again from its first batch with the new data."
         )
 
     # ---- the loop ------------------------------------------------------------------------------------
@@ -164,14 +204,9 @@ class FitLoop:
     def _run_epoch(self) -> bool:
         """Train one epoch from ``progress.batches_done``; returns whether it ran to its end."""
         trainer, progress = self.trainer, self.progress
-        assert self.train_dataloader is not None and self.step is not None
-        loader = self.train_dataloader
+        assert self.step is not None
         skip = progress.batches_done
-        if skip == 0:
-            self._resume_rng_now()
-            self.epoch_rng = data.capture_epoch_rng(loader)
-        data.restore_epoch_rng(loader, self.epoch_rng)  # no-op unless resuming mid-epoch
-        data.set_epoch(loader, progress.epoch)
+        loader = self._epoch_loader(skip)
         trainer.lightning_module.train()
         trainer.metric_log.start("train")
         if skip == 0:
@@ -203,6 +238,21 @@ class FitLoop:
         if math.isinf(limit):  # a loader without a length: its last batch is known only now
             self._step_epoch_schedulers(plateau=False)
         return True
+
+    def _epoch_loader(self, skip: int) -> Iterable[Any]:
+        """The loader for this epoch, its order's RNG captured (a new epoch) or put back (a resume)."""
+        assert self.train_dataloader is not None
+        loader = self.train_dataloader
+        if skip == 0:
+            self._resume_rng_now()
+            self.epoch_rng = data.capture_epoch_rng(loader)
+        if self.resharded is not None:  # the old layout, whose samplers drew from the epoch's global RNG
+            loader, self.resharded = self.resharded, None
+            torch.set_rng_state(self.epoch_rng["global"])
+        else:
+            data.restore_epoch_rng(loader, self.epoch_rng)  # no-op unless resuming mid-epoch
+        data.set_epoch(loader, self.progress.epoch)
+        return loader
 
     def _batches(self, loader: Iterable[Any], skip: int) -> Iterator[Any]:
         """The epoch's batches; a resume skips the finished ones at the index level, then continues the
@@ -376,10 +426,11 @@ class FitLoop:
 
     # ---- what a checkpoint records of the data position -------------------------------------------------
     def data_state(self) -> dict[str, Any]:
-        return {"data_seed": self.data_seed, "world_size": self.trainer.world_size}
+        return {"data_seed": self.data_seed, "world_size": self.trainer.world_size, "layout": self.layout}
 
     def load_data_state(self, state: dict[str, Any], path: Path) -> None:
         self.data_seed = int(state.get("data_seed", self.data_seed))
+        self.saved_layout = state.get("layout")
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
@@ -393,27 +444,27 @@ class FitLoop:
         return [None if p.grad is None else p.grad.detach().cpu() for p in module.parameters()]
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
-        trainer = self.trainer
-        if saved_world_size != trainer.world_size:
-            if self.progress.batches_done:
-                raise ValueError(
-                    f"{path} was saved mid-epoch by {saved_world_size} rank(s); resume it with the same number of "
-                    f"ranks (now {trainer.world_size}), or from an end-of-epoch checkpoint."
-                )
-            import warnings
+        """This rank's RNG, the epoch's RNG and an open accumulation window's gradients.
 
+        On another number of ranks: the epoch's RNG is the first old rank's (it ordered the old
+        layout, rebuilt for the rest of the epoch), each rank continues an old rank's RNG, and an open
+        window's gradients are the old ranks' mean, which is what DDP's all-reduce would have made.
+        """
+        trainer = self.trainer
+        same = saved_world_size == trainer.world_size
+        mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
+        self.resume_rng = mine["rng"]
+        self.epoch_rng = mine["epoch_rng"] if same else ranks[0]["epoch_rng"]
+        grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
+        if not same and not self.progress.batches_done:
             warnings.warn(
-                f"resuming a {saved_world_size}-rank checkpoint on {trainer.world_size} rank(s): "
-                "weights and optimizer are exact, random streams are not.",
+                f"resuming a {saved_world_size}-rank checkpoint on {trainer.world_size} rank(s): weights, optimizer "
+                "and position are exact; each rank's random stream continues an old rank's.",
                 stacklevel=3,
             )
-            return
-        mine = ranks[trainer.global_rank]
-        self.resume_rng = mine["rng"]
-        self.epoch_rng = mine["epoch_rng"]
-        if mine["grads"] is not None:
+        if grads is not None:
             device = trainer.strategy.root_device
-            for param, grad in zip(trainer.lightning_module.parameters(), mine["grads"]):
+            for param, grad in zip(trainer.lightning_module.parameters(), grads):
                 param.grad = None if grad is None else grad.to(device)
 
     def _resume_rng_now(self) -> None:
@@ -437,6 +488,14 @@ class _BatchCalls:
         self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
         self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
         self.followups = followups
+
+
+def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:
+    """The element-wise mean of the ranks' open-window gradients (None where a rank has none)."""
+    if any(grads is None for grads in per_rank):
+        return None
+    columns = zip(*per_rank)  # type: ignore[misc]
+    return [None if any(g is None for g in col) else torch.stack(list(col)).mean(0) for col in columns]
 
 
 def _outputs(output: Any, loss: torch.Tensor | None) -> Any:
