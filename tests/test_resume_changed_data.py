@@ -38,7 +38,7 @@ def test_a_mid_epoch_resume_with_changed_data_names_what_changed_and_the_ways_ou
     with pytest.raises(ValueError) as info:
         run(tmp_path / "again", n, batch_size, ckpt=tmp_path / "first" / "ckpts" / "step=3.ckpt")
     message = str(info.value)
-    assert "in the middle of epoch 0, after 3 of its batches" in message and named in message
+    assert "step=3.ckpt was saved in the middle of epoch 0, after 3 of its batches" in message and named in message
     assert "end" in message and "on_data_change='restart_epoch'" in message
 
 

@@ -54,8 +54,34 @@ def check_val_check_interval(value: int | float | None) -> int | float:
     return value
 
 
+INT_FLAGS = (
+    "max_epochs",
+    "min_epochs",
+    "max_steps",
+    "min_steps",
+    "accumulate_grad_batches",
+    "check_val_every_n_epoch",
+    "num_sanity_val_steps",
+    "log_every_n_steps",
+    "num_nodes",
+    "seed",
+)
+
+
+def check_types(values: dict[str, Any]) -> None:
+    """Counts must be ints (``max_epochs=1.5`` would silently round up, a string would fail deep inside)."""
+    for name in INT_FLAGS:
+        value = values[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name}={value!r} must be an int{' or None' if name != 'max_steps' else ''}.")
+    clip = values["gradient_clip_val"]
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
+        raise TypeError(f"gradient_clip_val={clip!r} must be a number (or None for no clipping).")
+
+
 def check_counts(values: dict[str, Any]) -> None:
     """The integer flags, each with its own range."""
+    check_types(values)
     max_epochs, max_steps = values["max_epochs"], values["max_steps"]
     if max_epochs is not None and max_epochs < -1:
         raise ValueError(f"max_epochs={max_epochs!r} must be >= 0, -1 (no limit) or None (1000 unless max_steps).")

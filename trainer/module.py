@@ -381,7 +381,15 @@ class Module(nn.Module):
 
         checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
         params = {**checkpoint.get("hyper_parameters", checkpoint.get("hparams", {})), **overrides}
-        module = cls(**params)
+        try:
+            module = cls(**params)
+        except TypeError as err:
+            written_by = checkpoint.get("module_class", "an unknown class")
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint({str(path)!r}): the checkpoint was written by {written_by} with "
+                f"hyper-parameters {sorted(params)}, which {cls.__name__}.__init__ does not take ({err}). Load it with "
+                "that class, or pass the arguments yours needs as keywords."
+            ) from err
         load_weights(module, checkpoint, strict=strict)
         return module
 

@@ -80,6 +80,11 @@ def _is_pair(returned: Any) -> bool:
 
 def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConfig]]:
     """Normalise every documented return form; anything else is a clear error."""
+    if isinstance(returned, type):
+        raise TypeError(
+            f"configure_optimizers() returned the class {returned.__name__}, not an optimizer: create one, e.g. "
+            f"return {returned.__module__}.{returned.__name__}(self.parameters(), lr=...)."
+        )
     schedulers: list[Any]
     if isinstance(returned, Optimizer):
         optimizers, schedulers = [returned], []

@@ -129,6 +129,10 @@ class _Children:
                 return rank, code
         return None
 
+    def early_exit(self) -> tuple[int, int] | None:
+        """(rank, 0) of a child that ended cleanly while rank 0 still needed it (a peer error says so)."""
+        return next(((rank, 0) for rank, proc in self.procs.items() if proc.poll() == 0), None)
+
     def _watch(self) -> None:
         while not self._stopping:
             failed = self.failure()
@@ -163,7 +167,7 @@ class _Children:
         """Rank 0 raised: if a child caused it, exit as that child did; else stop the children."""
         deadline = time.monotonic() + (_PEER_WAIT_S if peer_failure else 0.0)
         while not self._stopping:
-            failed = self.failure()
+            failed = self.failure() or (self.early_exit() if peer_failure else None)
             if failed is not None:
                 self.abort(*failed)
             if time.monotonic() >= deadline:
@@ -211,12 +215,17 @@ def _die_with_parent() -> Callable[[], None] | None:
 def _describe_exit(rank: int, code: int) -> str:
     if code < 0:
         return f"rank {rank} was killed by {signal.Signals(-code).name}"
+    if code == 0:
+        return (
+            f"rank {rank} exited with code 0 while the others were still training (a return or sys.exit on one "
+            "rank only? every rank must run the same fit to its end)"
+        )
     return f"rank {rank} exited with code {code} (see its traceback above)"
 
 
 def _exit_status(code: int) -> int:
-    """A child's return code as a shell exit status (signal N -> 128 + N)."""
-    return 128 - code if code < 0 else code
+    """A child's return code as a shell exit status (signal N -> 128 + N); a rank that left early, 1."""
+    return 128 - code if code < 0 else code or 1
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -191,9 +191,12 @@ class Trainer:
         from trainer.callbacks import ModelCheckpoint, ProgressBar
 
         given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
-        bad = [type(cb).__name__ for cb in given if not isinstance(cb, Callback)]
-        if bad:
-            raise TypeError(f"callbacks= takes Callback instances; got {', '.join(bad)}.")
+        for cb in given:
+            if isinstance(cb, type):
+                name = cb.__name__
+                raise TypeError(f"callbacks= takes Callback instances; got the class {name}: write {name}().")
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks= takes Callback instances; got {type(cb).__name__} ({cb!r:.60}).")
         if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
             given.append(ModelCheckpoint())
         if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):

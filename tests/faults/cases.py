@@ -36,18 +36,16 @@ FLAGS = [
     _flag("unknown-precision", 'precision="8-bit"', ("'8-bit'", "32-true")),
     _flag("unknown-accelerator", 'accelerator="tpu"', ("'tpu'", "cpu")),
     _flag("accelerator-not-here", 'accelerator="mps"', ("mps", "accelerator='cpu'")),
-    _flag("negative-max-epochs", "max_epochs=-1", ("max_epochs=-1",)),
+    _flag("negative-max-epochs", "max_epochs=-2", ("max_epochs=-2", "-1 (no limit)")),
     _flag(
         "max-epochs-as-string",
         'max_epochs=os.environ.get("EPOCHS", "3")',
         ("max_epochs='3'",),
-        known="TRACEBACK: TypeError: '<' not supported between instances of 'str' and 'int' (trainer.py __init__)",
     ),
     Case(
         "flag-max-epochs-fraction",
         "fit = make_trainer(max_epochs=1.5)\nfit.fit(Net(), loader())\ndone(fit)",
         says=("max_epochs=1.5",),
-        known="SILENT: max_epochs=1.5 is accepted and runs 2 epochs (16 steps), exit 0",
     ),
     _flag("devices-zero", 'strategy="ddp", devices=0', ("devices=0",)),
     _flag("devices-beyond-cores", 'strategy="ddp", devices=64', ("devices=64", "cores")),
@@ -58,14 +56,12 @@ FLAGS = [
         "clip-value-as-string",
         'gradient_clip_val="1.0"',
         ("gradient_clip_val='1.0'",),
-        known="TRACEBACK: TypeError: '<=' not supported between instances of 'str' and 'int' (trainer.py __init__)",
     ),
     _flag("limit-train-batches-zero", "limit_train_batches=0", ("limit_train_batches=0",)),
     _flag(
         "callback-class-not-instance",
         "callbacks=[trainer.ModelCheckpoint]",
         ("ModelCheckpoint",),
-        known="TRACEBACK: 'callbacks= takes Callback instances; got type.': names neither the class nor the fix",
     ),
     Case(
         "flag-monitor-never-logged",
@@ -165,8 +161,6 @@ MODULES = [
         "returns-optimizer-class",
         "return torch.optim.SGD",
         ("SGD",),
-        known="TRACEBACK: 'configure_optimizers() returned type; expected ...': names neither SGD nor the fix "
-        "(instantiate it)",
     ),
     _optimizers(
         "scheduler-is-an-optimizer",
@@ -191,8 +185,6 @@ DATA = [
         "data-batches-as-val-loaders",
         "make_trainer().fit(Net(), loader(), list(loader(n=16)))",
         says=("validation", "several loaders"),
-        known="TRACEBACK: DataLoader batches are lists [x, y], which the batch check (tuples only) misses: each "
-        "batch runs as a loader and validation_step gets x alone: 'ValueError: too many values to unpack (expected 2)'",
     ),
     Case(
         "data-empty-dataset",
@@ -222,7 +214,6 @@ DATA = [
         """,
         expect="OK",
         says=("skipped",),
-        known="SILENT: every batch is skipped, the weights never change, and the run exits 0 without a word",
     ),
     Case(
         "data-uncollatable-samples",
@@ -251,7 +242,6 @@ DATA = [
         done(fit)
         """,
         says=("generator",),
-        known="SILENT: epoch 2 gets no batches from the spent generator; 8 steps instead of 16, exit 0",
     ),
 ]
 
@@ -319,6 +309,7 @@ def _rank(
     strategy: str = '"ddp"',
     deadline: float = DDP_DEADLINE,
     known: str | None = None,
+    flags: str = "",
 ) -> Case:
     """Rank ``rank`` does ``action`` at global step 3 of a 2-rank job."""
     script = f"""
@@ -328,7 +319,7 @@ def _rank(
                 {action}
             return super().training_step(batch, batch_idx)
 
-    fit = make_trainer(strategy={strategy}, devices=2, max_epochs=2)
+    fit = make_trainer(strategy={strategy}, devices=2, max_epochs=2{flags})
     fit.fit(Failing(), loader())
     done(fit)
     """
@@ -343,23 +334,19 @@ RANKS = [
         "rank1-exits-0-early",
         "sys.exit(0)  # a stray early exit on one rank",
         ("rank 1",),
-        known="TRACEBACK: rank 0's gloo error 'Connection closed by peer [127.0.0.1]:<port> ... GLHF!' is all "
-        "that is shown; nothing says rank 1 exited (with code 0) mid-training",
     ),
     _rank(
         "rank1-hangs",
         "time.sleep(3600)  # a deadlock in user code",
-        ("rank 1", "timeout"),
+        ("rank 1 did not arrive", "collective_timeout"),
+        flags=", collective_timeout=10",  # the default, 600 s, would outlast the deadline
         deadline=90.0,
-        known="HANG: rank 0 waits in the gradient all-reduce for DDPStrategy's default timeout, 30 minutes",
     ),
     _rank(
         "rank1-hangs-with-timeout",
         "time.sleep(3600)  # a deadlock in user code",
         ("rank 1", "timeout"),
         strategy="trainer.strategies.DDPStrategy(timeout=timedelta(seconds=5))",
-        known="TRACEBACK: ends after the 5 s timeout with gloo's 'RuntimeError: [.../unbound_buffer.cc:78] Timed out "
-        "waiting 5000ms for recv operation to complete': names neither the silent rank nor the timeout setting",
     ),
     Case(
         "ddp-rank1-raises-in-validation",
@@ -504,9 +491,6 @@ SIGNALS = [
         Signal(signal.SIGINT, count=3),
         Signal(signal.SIGINT, after=None, file="ckpts/.interrupted.ckpt.tmp-*", file_bytes=_MB),
         checks=_KEPT,
-        known="TRACEBACK: the second Ctrl-C, inside torch.save, is replaced by torch's zip writer error "
-        "'RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos N vs M' and exit 1 "
-        "(last.ckpt survives and the resume works)",
     ),
     _signal("sigkill-mid-epoch", _RUN, "OK", (), Signal(signal.SIGKILL, count=5), checks=_KEPT),
     _signal(
@@ -580,8 +564,6 @@ DISK = [
         says=("No space left", "mnt/ckpts"),
         mount=Mount(size="1m"),
         checks=(loads("mnt/ckpts/last.ckpt"),),
-        known="TRACEBACK: torch's 'RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos ...' "
-        "(the previous last.ckpt survives)",
     ),
     Case(
         "disk-full-at-logs",
@@ -591,8 +573,6 @@ DISK = [
         """,
         says=("No space left", "mnt/runs"),
         mount=Mount(size="64k", fill=True),
-        known="TRACEBACK: a bare 'OSError: [Errno 28] No space left on device' naming no file, raised three times "
-        "over (finalize re-raises while handling it), after a full epoch",
     ),
     Case(
         "disk-read-only-root-dir",
@@ -676,8 +656,6 @@ CHECKPOINTS = [
         'make_trainer().fit(Net(), loader(), ckpt_path="copy.ckpt")',
         ("copy.ckpt", "not a readable torch checkpoint"),
         prepare=(("prepare",),),
-        known="TRACEBACK: a bare 'OSError: [Errno 22] Invalid argument' from torch's zip reader naming no file "
-        "(load_checkpoint passes every OSError through untouched)",
     ),
     _ckpt(
         "empty-file",
@@ -702,11 +680,6 @@ CHECKPOINTS = [
         'make_trainer().fit(Net(), loader(), ckpt_path="evil.ckpt")',
         ("evil.ckpt", "NOT executed"),
         checks=_NO_PAYLOAD,
-        known="TRACEBACK: refused, not run, but the message is 'evil.ckpt is not a readable torch checkpoint "
-        "(...): UnpicklingError: Weights only load failed. ... Re-running torch.load with weights_only set to False "
-        "will likely succeed, but it can result in arbitrary code execution. Do it only if you got the file' (cut at "
-        "300 chars): torch 2.13 words it 'unsupported GLOBAL posix.system whose module posix is blocked', which "
-        "checkpoint._unpickling_error does not parse, so it advises the unsafe retry and never names posix.system",
     ),
     _ckpt(
         "plain-pickle",
@@ -753,8 +726,6 @@ CHECKPOINTS = [
         "done(fit)",
         ("last.ckpt",),
         prepare=(("prepare",),),
-        known="SILENT: the torn last.ckpt is skipped with 'ckpt_path='last' found no checkpoint under runs; starting "
-        "fresh.' and the run starts over from step 0, exit 0",
     ),
     _ckpt(
         "load-from-checkpoint-other-class",
@@ -770,8 +741,6 @@ CHECKPOINTS = [
         """,
         ("Wide",),
         prepare=(("prepare",),),
-        known="TRACEBACK: \"TypeError: Net.__init__() got an unexpected keyword argument 'width_mult'\": the "
-        "checkpoint's module_class (Wide) is never mentioned",
     ),
 ]
 
@@ -798,15 +767,12 @@ RESUMES = [
         _FIT_BEFORE,
         'fit.fit(Net(), loader(batch_size=16), ckpt_path="last")',
         ("last.ckpt",),
-        known="SILENT: 3 of 8 batches were done; the 4-batch loader skips 3 batches of 16 (48 samples), trains 1, "
-        "exit 0",
     ),
     _resume(
         "dataset-shrunk-mid-epoch",
         _FIT_BEFORE,
         'fit.fit(Net(), loader(n=16, batch_size=8), ckpt_path="last")',
         ("last.ckpt",),
-        known="SILENT: 3 batches were done; the 2-batch loader is skipped whole, the epoch trains nothing, exit 0",
     ),
     _resume(
         "model-shape-changed",
@@ -819,6 +785,17 @@ RESUMES = [
         _FIT_BEFORE,
         """
     class TwoOptimizers(Net):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False  # several optimizers: the module steps them
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.manual_backward(loss)
+            for opt in self.optimizers():
+                opt.step()
+                opt.zero_grad()
+
         def configure_optimizers(self):
             first, last = self.net[0].parameters(), self.net[2].parameters()
             return [torch.optim.SGD(first, lr=0.01), torch.optim.SGD(last, lr=0.01)]
@@ -841,7 +818,6 @@ RESUMES = [
 
     fit.fit(WithAdam(), loader(), ckpt_path="last")""",
         ("SGD", "Adam"),
-        known="TRACEBACK: \"KeyError: 'step'\" from inside torch's Adam.__setstate__ (optimizer.load_state_dict)",
     ),
     _resume(
         "scheduler-added",
@@ -866,7 +842,7 @@ RESUMES = [
         fit.fit(Net(), loader(), ckpt_path="last")
         done(fit)
         """,
-        says=("2 rank(s)", "same number of ranks"),
+        says=("world_size 2 -> 1", "epoch's end"),
         prepare=(("prepare",),),
         deadline=DDP_DEADLINE,
     ),

@@ -47,15 +47,18 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{_HOST}")
+    stream: _Recording | None = None
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            stream = _Recording(f)
+            torch.save(state, stream)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(_write_failed(path, err)) from err
+        cause = stream.error if stream is not None and stream.error is not None else err
+        raise CheckpointError(_write_failed(path, cause)) from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -81,6 +84,25 @@ def link_checkpoint(source: PathLike, target: PathLike) -> None:
         tmp.unlink(missing_ok=True)
         raise CheckpointError(_write_failed(target, err)) from err
     _fsync_dir(target.parent)
+
+
+class _Recording:
+    """A file torch.save writes through, keeping the OS error its zip writer would hide behind
+    'enforce fail at inline_container.cc' (a full disk, a quota, a vanished mount)."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return int(self.file.write(data))
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def _write_failed(path: Path, err: BaseException) -> str:
@@ -171,7 +193,8 @@ def _unpickling_error(path: Path, err: Exception) -> CheckpointError:
     names: list[str] = []
     with contextlib.suppress(Exception):
         names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    names = names or re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(err))
+    # torch's wordings: "GLOBAL x was not an allowed global", "unsupported GLOBAL x whose module m is blocked"
+    names = names or re.findall(r"GLOBAL ([\w.]+) (?:was not an allowed global|whose module)", str(err))
     if not names:  # keep torch's reason, not its advice to retry with weights_only=False
         reason = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))
         return CheckpointError(_not_a_checkpoint(path, err, reason[1] if reason else None))

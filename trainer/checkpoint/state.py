@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from trainer.checkpoint.io import load_checkpoint, load_weights
+from trainer.checkpoint.io import CheckpointError, load_checkpoint, load_weights
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -34,6 +34,7 @@ class Checkpoint(TypedDict, total=False):
     hyper_parameters: dict[str, Any]  # plain values only (weights_only loading)
     module_class: str
     optimizer_states: list[dict[str, Any]]
+    optimizer_classes: list[str]  # which optimizer each state belongs to
     lr_schedulers: list[dict[str, Any]]
     precision: dict[str, Any]  # the GradScaler's state under fp16
     loops: dict[str, Any]  # {"fit": Progress.state_dict(), "data": the data position's facts}
@@ -65,6 +66,7 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
     optimizers = fit.optimization.optimizers if fit.optimization else []
     schedulers = fit.optimization.lr_scheduler_configs if fit.optimization else []
     checkpoint["optimizer_states"] = [strategy.optimizer_state(opt) for opt in optimizers]
+    checkpoint["optimizer_classes"] = [type(opt).__name__ for opt in optimizers]
     checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in schedulers]
     checkpoint["precision"] = trainer.precision.state_dict()
     checkpoint["loops"] = {"fit": progress.state_dict(), "data": fit.data_state()}
@@ -126,6 +128,7 @@ def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Pat
     fit = trainer.fit_loop
     optimization = fit.optimization
     assert optimization is not None
+    _check_optimizer_classes(path, checkpoint.get("optimizer_classes"), optimization.optimizers)
     _restore_list("optimizer state", path, checkpoint["optimizer_states"], optimization.optimizers, trainer)
     schedulers = [config.scheduler for config in optimization.lr_scheduler_configs]
     _restore_list("LR scheduler", path, checkpoint["lr_schedulers"], schedulers, trainer)
@@ -139,14 +142,31 @@ def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Pat
             lg.load_state_dict(lg_state)
 
 
+def _check_optimizer_classes(path: Path, saved: list[str] | None, optimizers: list[Any]) -> None:
+    now = [type(opt).__name__ for opt in optimizers]
+    if saved is not None and len(saved) == len(now) and saved != now:
+        raise ValueError(
+            f"{path} holds the state of {saved} but configure_optimizers() made {now}: an optimizer's state only "
+            "fits its own kind. Resume with the same optimizers, or load the weights alone "
+            "(trainer.checkpoint.load_weights(module, path)) and start a new run."
+        )
+
+
 def _restore_list(what: str, path: Path, saved: list[Any], current: list[Any], trainer: TrainerView) -> None:
     if len(saved) != len(current):
         raise ValueError(f"{path} has {len(saved)} {what}(s) but configure_optimizers() made {len(current)}.")
-    for target, state in zip(current, saved):
-        if what == "optimizer state":
-            trainer.strategy.load_optimizer_state(target, state)
-        else:
-            target.load_state_dict(state)
+    for i, (target, state) in enumerate(zip(current, saved)):
+        try:
+            if what == "optimizer state":
+                trainer.strategy.load_optimizer_state(target, state)
+            else:
+                target.load_state_dict(state)
+        except (KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise ValueError(
+                f"{path}: {what} {i} does not fit {type(target).__name__} ({type(err).__name__}: {err}). Was "
+                "configure_optimizers() changed since the checkpoint? Resume with the same optimizers and "
+                "schedulers, or load the weights alone and start a new run."
+            ) from err
 
 
 def _upgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +195,12 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
     folders = [Path(callback.dirpath)] if callback is not None and callback.dirpath else []
     folders += [p for p in trainer.default_root_dir.glob("**/checkpoints") if p.is_dir()]
     found = [f for f in (find_last_checkpoint(d) for d in folders) if f is not None]
+    torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt"))
+    if not found and torn:
+        raise CheckpointError(
+            f"ckpt_path='last' found checkpoints, but none is complete: {', '.join(torn[:5])}. They were cut off "
+            "(a copy that did not finish?); resume from another one by path, or move them away to start fresh."
+        )
     if not found:
         if trainer.is_global_zero:
             print(

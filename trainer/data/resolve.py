@@ -23,7 +23,7 @@ def _is_batch(obj: Any) -> bool:
     """A tensor, a dict or a tuple of tensors: what a loader yields, never a loader itself."""
     if isinstance(obj, torch.Tensor | Mapping):
         return True
-    return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, torch.Tensor) for x in obj)
+    return isinstance(obj, tuple | list) and bool(obj) and all(isinstance(x, torch.Tensor) for x in obj)
 
 
 def _as_list(loaders: Any, what: str) -> list[Any]:

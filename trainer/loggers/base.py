@@ -164,3 +164,18 @@ def finite_values(values: Any) -> Any:
     array = to_numpy(values).reshape(-1)
     finite = np.isfinite(array)
     return array if finite.all() else array[finite]
+
+
+def disk_error(path: str, err: OSError) -> str:
+    """What a failed log write says: the file, the reason and the free space where it lives."""
+    import shutil
+
+    folder = os.path.dirname(path) or "."
+    try:
+        free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"could not write the log {path}: {err.strerror or err} ({free}). Free space, or point the logger "
+        "(save_dir, default_root_dir) to a filesystem with room."
+    )

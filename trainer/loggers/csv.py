@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import csv
 import os
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any, TextIO
 
 from typing_extensions import override
 
-from trainer.loggers.base import Logger, flush_at_exit, sanitize_hparams
+from trainer.loggers.base import Logger, disk_error, flush_at_exit, sanitize_hparams
 
 STEP = "step"
 
@@ -191,12 +192,24 @@ class CSVLogger(Logger):
 
     @override
     def flush(self) -> None:
-        """Write pending hyper-parameters and buffered rows; an append to the open file unless a column is new."""
-        if self._hparams is not None:
-            self._write_hparams()
-        if self._rows or self._keep is not None:
-            self._metrics_file().append(self._rows, keep=self._keep)
-            self._rows, self._keep = [], None
+        """Write pending hyper-parameters and buffered rows; an append to the open file unless a column is new.
+
+        A write that fails (a full disk) is reported once, naming the file and the free space; the rows
+        it could not write are dropped so that finalize and the exit hook do not fail on them again.
+        """
+        try:
+            if self._hparams is not None:
+                self._write_hparams()
+            if self._rows or self._keep is not None:
+                self._metrics_file().append(self._rows, keep=self._keep)
+                self._rows, self._keep = [], None
+        except OSError as err:
+            self._rows, self._keep, self._hparams = [], None, None
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self._file = None
+            raise OSError(err.errno, disk_error(os.path.join(self.log_dir, "metrics.csv"), err)) from err
 
     @override
     def finalize(self, status: str) -> None:

@@ -53,12 +53,14 @@ class FitLoop:
         self.num_training_batches: int | float = math.inf
         self.val_check_batch: int | float = math.inf
         self.signal_received: str | None = None
+        self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
         self.resumed = False
         self.is_last_batch = False  # the batch being trained is the epoch's last
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
         self.layout: dict[str, Any] = {}  # what the position in an epoch depends on (data.position)
         self.saved_layout: dict[str, Any] | None = None  # the resumed checkpoint's
+        self.resumed_from: Path | None = None
         self.resharded: Iterable[Any] | None = None  # the interrupted epoch's rest, on another number of ranks
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
@@ -76,8 +78,8 @@ class FitLoop:
             hooks.call(trainer, "on_train_start")
             with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal):
                 self._run_epochs()
-            if self.signal_received is not None:
-                self._save_and_exit()
+                if self.signal_received is not None:
+                    self._save_and_exit()
             hooks.call(trainer, "on_train_end")
             hooks.call(trainer, "on_fit_end")
 
@@ -163,16 +165,16 @@ class FitLoop:
         what = position.describe(changed)
         if trainer.on_data_change == "restart_epoch":
             warnings.warn(
-                f"the training data changed since the checkpoint ({what}): epoch {progress.epoch} restarts from its "
-                f"first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
+                f"the training data changed since {self.resumed_from} ({what}): epoch {progress.epoch} restarts from "
+                f"its first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
                 stacklevel=2,
             )
             progress.batches_done = 0
             self.epoch_rng = {}
             return
         raise ValueError(
-            f"the checkpoint was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of its "
-            f"batches, but the training data changed since: {what}. That position would skip or repeat samples. "
+            f"{self.resumed_from} was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of "
+            f"its batches, but the training data changed since: {what}. That position would skip or repeat samples. "
             "Resume from a checkpoint taken at an epoch's end, or pass Trainer(on_data_change='restart_epoch') to "
             f"train epoch {progress.epoch} again from its first batch with the new data."
         )
@@ -212,13 +214,14 @@ class FitLoop:
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = _BatchCalls(trainer, self._may_follow_batches())
+        calls = _BatchCalls(trainer, self.step, self._may_follow_batches())
         batches = self._batches(loader, skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
         # Several ranks agree on a stop every few batches (a collective each batch would cost time).
         agree = trainer.strategy.reduce_boolean_decision if trainer.world_size > 1 else None
         limit = self.num_training_batches
+        batch_idx = skip - 1
         for batch_idx, batch in enumerate(batches, start=skip):
             if batch_idx >= limit:
                 break
@@ -233,8 +236,13 @@ class FitLoop:
             if stop:
                 self.signal_received = self.signal_received or "SIGTERM"
                 return False
-            if 0 <= trainer.max_steps <= progress.global_step or (trainer.should_stop and self._can_stop()):
+            if progress.global_step >= calls.max_steps or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
+        if batch_idx < 0:
+            raise ValueError(
+                f"the training loader yielded no batch in epoch {progress.epoch}. A generator or iterator is used up "
+                "after one pass: pass a list of batches, a DataLoader, or an object whose __iter__ starts over."
+            )
         if math.isinf(limit):  # a loader without a length: its last batch is known only now
             self._step_epoch_schedulers(plateau=False)
         return True
@@ -265,35 +273,34 @@ class FitLoop:
         return iterator
 
     def _train_batch(self, calls: _BatchCalls, batch: Any, batch_idx: int) -> Any:
-        trainer, progress = self.trainer, self.progress
-        assert self.step is not None
+        progress = self.progress
         if calls.to_device is not None:
             batch = calls.to_device(batch)
-        results = trainer.metric_log.results
+        results = calls.results
         results.batch = batch
-        self.is_last_batch = batch_idx + 1 >= self.num_training_batches
+        self.is_last_batch = last = batch_idx + 1 >= self.num_training_batches
         for hook in calls.batch_start:
             if hook(batch, batch_idx) == -1:
                 return STOP_EPOCH
         steps_before = progress.global_step
-        output = self.step.run(batch, batch_idx)
+        output = calls.step(batch, batch_idx)
         progress.batches_done += 1
         progress.total_batches += 1
-        if self.is_last_batch:
+        if last:
             self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
         step = progress.global_step
         if step != steps_before:  # callbacks see every step's values; loggers every log_every_n_steps
-            write = step % trainer.log_every_n_steps == 0
+            write = step % calls.log_every == 0
             if write:
-                self.step.check_nonfinite()
+                calls.check_nonfinite()
             if results.step_values or write:
-                trainer.metric_log.step_end(progress.epoch, step, write)
+                self.trainer.metric_log.step_end(progress.epoch, step, write)
         if calls.batch_end:
-            outputs = _outputs(output, self.step.step_loss)
+            outputs = _outputs(output, calls.step_loss())
             for end_hook in calls.batch_end:
                 end_hook(outputs, batch, batch_idx)
         if calls.flush is not None and step != steps_before:
-            calls.flush()
+            calls.flush()  # after the batch-end hooks: what they log joins this step's row
         results.batch = None  # let the allocator reuse this batch's memory for the next one
         return output
 
@@ -327,6 +334,12 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         self.step.check_nonfinite()
+        if self.step.skipped and trainer.is_global_zero:
+            warnings.warn(
+                f"on_nonfinite_loss='skip' skipped {self.step.skipped} of the {progress.batches_done} batches of "
+                f"epoch {progress.epoch}: their loss was NaN or infinite, so they changed nothing.",
+                stacklevel=2,
+            )
         trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
         progress.epoch_finished = completed
         hooks.call_epoch_end(trainer, "on_train_epoch_end", between=functools.partial(self._epoch_metrics, completed))
@@ -402,9 +415,9 @@ class FitLoop:
     def _on_stop_signal(self, name: str) -> None:
         """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
         A second Ctrl-C raises KeyboardInterrupt at once."""
-        if name == "SIGINT" and self.signal_received == "SIGINT":
+        if name == "SIGINT" and self.signal_received == "SIGINT" and not self.saving_on_signal:
             raise KeyboardInterrupt
-        self.signal_received = name
+        self.signal_received = self.signal_received or name
 
     def _save_and_exit(self) -> None:
         """A signal stopped the loop at a step boundary: save ``interrupted.ckpt``, then leave.
@@ -413,7 +426,11 @@ class FitLoop:
         """
         trainer, name = self.trainer, self.signal_received
         path = trainer.checkpoint_dir / "interrupted.ckpt"
-        trainer.save_checkpoint(path)
+        self.saving_on_signal = True
+        try:
+            trainer.save_checkpoint(path)
+        finally:
+            self.saving_on_signal = False
         if trainer.is_global_zero:
             print(
                 f"steadytrain: {name} received; saved {path} at epoch {self.progress.epoch}, "
@@ -431,6 +448,7 @@ class FitLoop:
     def load_data_state(self, state: dict[str, Any], path: Path) -> None:
         self.data_seed = int(state.get("data_seed", self.data_seed))
         self.saved_layout = state.get("layout")
+        self.resumed_from = path
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
@@ -479,15 +497,21 @@ class FitLoop:
 
 
 class _BatchCalls:
-    """What a training batch calls besides the step, looked up once per epoch; nothing for what
-    cannot happen (no loggers to flush, no validation or plateau scheduler that could fall due)."""
+    """What a training batch calls and reads, looked up once per epoch; nothing for what cannot happen
+    (no loggers to flush, no validation or plateau scheduler that could fall due)."""
 
-    def __init__(self, trainer: TrainerView, followups: bool) -> None:
+    def __init__(self, trainer: TrainerView, step: AutomaticStep | ManualStep, followups: bool) -> None:
         self.to_device = transfer(trainer)
         self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
         self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
         self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
         self.followups = followups
+        self.step = step.entry()
+        self.check_nonfinite = step.check_nonfinite
+        self.step_loss = lambda: step.step_loss
+        self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
+        self.log_every = trainer.log_every_n_steps
+        self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
 
 
 def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:

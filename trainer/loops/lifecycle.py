@@ -44,12 +44,13 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         status = "success"
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
+        clearer = strategy.explain_failure(exc)  # before other ranks are stopped: they may still tell
         for cb in trainer.callbacks:
             cb.on_exception(trainer, module, exc)
         if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
             datamodule.on_exception(exc)
-        strategy.on_exception(exc)
-        if (clearer := strategy.explain_failure(exc)) is not None:
+        strategy.on_exception(clearer or exc)
+        if clearer is not None:
             raise clearer from exc
         raise
     finally:

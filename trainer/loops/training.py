@@ -40,6 +40,7 @@ class AutomaticStep:
         self.optimizer = optimization.optimizers[0]
         self.step_loss: torch.Tensor | None = None  # the last loss, graph head kept (see run)
         self.first_nonfinite_step: torch.Tensor | None = None  # device-side, read at log intervals
+        self.skipped = 0  # batches skipped this epoch for a non-finite loss (on_nonfinite_loss="skip")
         self.num_batches: int | float = math.inf
 
     def start_epoch(self, num_batches: int | float) -> None:
@@ -48,6 +49,7 @@ class AutomaticStep:
         module = trainer.lightning_module
         precision = trainer.precision
         self.num_batches = num_batches
+        self.skipped = 0
         self.accumulate = trainer.accumulate_grad_batches
         self.forward = precision.autocast(trainer.strategy.step_function("training"))
         self.before_zero_grad = hooks.resolved(trainer, "on_before_zero_grad")
@@ -68,6 +70,17 @@ class AutomaticStep:
         self.check_finite = trainer.on_nonfinite_loss != "off"
 
     # ---- one batch -----------------------------------------------------------------------------------------
+    def entry(self) -> Callable[[Any, int], Any]:
+        """What trains a batch this epoch: the flat common case (every batch steps, no closure), or ``run``."""
+        return self._every_batch if self.accumulate == 1 and not self.closure_step else self.run
+
+    def _every_batch(self, batch: Any, batch_idx: int) -> Any:
+        """``run`` for the common case, without its dispatch: this is every step of most runs."""
+        output, loss = self._forward_backward(batch, batch_idx)
+        self._optimizer_step(batch_idx)
+        self.step_loss = loss
+        return output
+
     def run(self, batch: Any, batch_idx: int) -> Any:
         """Train on one micro-batch; returns the step's output."""
         accumulate = self.accumulate
@@ -195,6 +208,8 @@ class AutomaticStep:
         ``.item()`` would stall the device, so "raise" keeps a device-side record of the first bad
         step and reads it at each logging interval and at the epoch end (``check_nonfinite``).
         """
+        if loss.is_cpu and math.isfinite(loss.item()):
+            return True
         mode = self.trainer.on_nonfinite_loss
         step = self.progress.global_step
         if not loss.is_cpu and mode == "raise":
@@ -211,6 +226,7 @@ class AutomaticStep:
             return True
         if mode == "raise":
             raise_nonfinite(self.progress.epoch, step, value)
+        self.skipped += 1
         return False
 
     def check_nonfinite(self) -> None:
@@ -223,7 +239,11 @@ class AutomaticStep:
 class ManualStep:
     """The module optimizes: ``training_step`` calls ``manual_backward`` and steps its optimizers."""
 
+    def entry(self) -> Callable[[Any, int], Any]:
+        return self.run
+
     step_loss: torch.Tensor | None = None
+    skipped = 0
 
     def __init__(self, trainer: TrainerView) -> None:
         self.trainer = trainer

@@ -36,6 +36,7 @@ from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Str
 from trainer.strategies.step_wrapper import StepWrapper
 
 _COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
+_ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
 _REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM,
     "mean": dist.ReduceOp.SUM,
@@ -83,6 +84,7 @@ class DDPStrategy(Strategy):
             self._ddp_kwargs["bucket_cap_mb"] = bucket_cap_mb
         self.cluster: launch.ClusterEnv | None = None
         self._owns_group = False
+        self._store: dist.Store | None = None  # this group's part of the job's store
 
     def configure(
         self,
@@ -151,7 +153,7 @@ class DDPStrategy(Strategy):
     def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
         base = _job_store(cluster, self.rendezvous_timeout)
         base.set_timeout(self.rendezvous_timeout)  # a missing rank fails the join fast, with a clear message
-        store = dist.PrefixStore(f"steadytrain/init{_next_init()}", base)
+        store = self._store = dist.PrefixStore(f"steadytrain/init{_next_init()}", base)
         device_id = self.root_device if self.accelerator == "cuda" else None
         hook = sys.excepthook  # torch wraps it on every init ("[rankN]:" prefix); launch already labels ranks
         dist.init_process_group(
@@ -222,11 +224,30 @@ class DDPStrategy(Strategy):
 
     def _timeout_error(self, what: str) -> CollectiveTimeoutError:
         seconds = self.timeout.total_seconds()
+        absent = self._absent_ranks(what)
+        who = "another rank" if not absent else ", ".join(f"rank {r}" for r in absent)
         return CollectiveTimeoutError(
-            f"rank {self.global_rank}: {what} timed out after {seconds:.0f}s: another rank did not arrive (it hangs "
-            "in its step or data loading, or is slower than the timeout). If the ranks are only slow (e.g. rank 0 "
+            f"rank {self.global_rank}: {what} timed out after {seconds:.0f}s: {who} did not arrive (stuck in its "
+            "step, its data loading or a hook, or slower than the timeout). If the ranks are only slow (e.g. rank 0 "
             "writing a large checkpoint), raise Trainer(collective_timeout=...)."
         )
+
+    def _absent_ranks(self, what: str) -> list[int]:
+        """The ranks that never reached the collective that timed out. Every rank waiting in it times out
+        as well and says so in the job's store; a rank that stays silent is stuck elsewhere."""
+        store = self._store
+        if store is None or self.world_size < 2:
+            return []
+        try:
+            store.set(f"timed_out/{self.global_rank}", what)
+            deadline = time.monotonic() + _ABSENT_GRACE_S
+            while True:
+                absent = [r for r in range(self.world_size) if not store.check([f"timed_out/{r}"])]
+                if not absent or time.monotonic() >= deadline:
+                    return absent
+                time.sleep(0.1)
+        except (RuntimeError, ValueError):  # the store went with rank 0: nothing more to learn
+            return []
 
     @contextlib.contextmanager
     def _collective(self, what: str) -> Iterator[None]:
