@@ -65,6 +65,7 @@ INT_FLAGS = (
     "log_every_n_steps",
     "num_nodes",
     "seed",
+    "reload_dataloaders_every_n_epochs",
 )
 
 
@@ -99,6 +100,34 @@ def check_counts(values: dict[str, Any]) -> None:
         raise ValueError(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
     if values["num_sanity_val_steps"] < -1:
         raise ValueError(f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more.")
+
+
+def debug_limits(values: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """limit_*_batches as ``fast_dev_run`` and ``overfit_batches`` set them (Lightning's rules)."""
+    fast, overfit = values["fast_dev_run"], values["overfit_batches"]
+    if isinstance(fast, bool) or fast is None:
+        fast = int(bool(fast))
+    elif not isinstance(fast, int) or fast < 0:
+        raise ValueError(f"fast_dev_run={fast!r} must be a bool or an int >= 0 (batches per stage).")
+    check_limit("overfit_batches", overfit)
+    limits = [values[f"limit_{s}_batches"] for s in ("train", "val", "test", "predict")]
+    if fast:
+        limits = [fast] * 4
+    if overfit:
+        limits[0] = limits[1] = overfit
+    return limits[0], limits[1], limits[2], limits[3]
+
+
+def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:
+    """``sync_batchnorm`` is the strategy's business; one that cannot do it says so."""
+    if not sync_batchnorm:
+        return
+    if not hasattr(strategy, "sync_batchnorm"):
+        raise ValueError(
+            f"sync_batchnorm=True needs several processes (strategy='ddp'); strategy={strategy.name!r} has one, "
+            "where BatchNorm already sees the whole batch."
+        )
+    strategy.sync_batchnorm = True
 
 
 def check_choices(values: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
 from trainer.precision import Precision, build_precision
+from trainer.profilers import Profiler, build_profiler
 from trainer.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -58,8 +59,15 @@ class Trainer:
         limit_predict_batches: int | float | None = None,
         num_sanity_val_steps: int = 2,
         log_every_n_steps: int = 50,
+        fast_dev_run: bool | int = False,
+        overfit_batches: int | float = 0.0,
+        reload_dataloaders_every_n_epochs: int = 0,
         inference_mode: bool = True,
         deterministic: bool = False,
+        benchmark: bool | None = None,
+        detect_anomaly: bool = False,
+        sync_batchnorm: bool = False,
+        profiler: str | Profiler | None = None,
         default_root_dir: str | os.PathLike[str] = "runs",
         logger: bool | Logger | Iterable[Logger] = True,
         callbacks: Callback | Iterable[Callback] | None = None,
@@ -97,8 +105,18 @@ class Trainer:
             limit_predict_batches: batches per predict: an int count or a fraction in [0, 1].
             num_sanity_val_steps: validation batches run before training (-1: all, 0: none).
             log_every_n_steps: how often per-step values reach the loggers.
+            fast_dev_run: run 1 (True) or n batches of fit, validate, test and predict, to find bugs fast: no
+                sanity check, no logging, no checkpoints, no early stopping.
+            overfit_batches: train and validate on this many batches (an int, or a fraction of the training
+                loader), unshuffled, to check that the model can fit them.
+            reload_dataloaders_every_n_epochs: ask the module or DataModule for new loaders every n epochs.
             inference_mode: evaluate under torch.inference_mode (else torch.no_grad).
             deterministic: ask PyTorch for deterministic algorithms.
+            benchmark: torch.backends.cudnn.benchmark (None: leave it as it is).
+            detect_anomaly: torch.autograd's anomaly detection during fit (slow; names the op that made a NaN).
+            sync_batchnorm: BatchNorm statistics over the global batch (strategy="ddp").
+            profiler: "simple" (time per step and hook), "advanced" (cProfile per action), "pytorch"
+                (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
             default_root_dir: folder for run folders (logs, checkpoints).
             logger: True for the CSV logger, False for none, or Logger instance(s).
             callbacks: extra callbacks (a ModelCheckpoint and a ProgressBar are added if missing).
@@ -116,6 +134,7 @@ class Trainer:
         """
         flags.check_counts(locals())
         flags.check_choices(locals())
+        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = flags.debug_limits(locals())
         for name, value in (
             ("limit_train_batches", limit_train_batches),
             ("limit_val_batches", limit_val_batches),
@@ -127,6 +146,7 @@ class Trainer:
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
         self.precision = build_precision(precision, self.strategy.root_device.type)
+        flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         if max_epochs == -1:
             self.max_epochs: int | None = None
         else:
@@ -146,8 +166,21 @@ class Trainer:
         }
         self.num_sanity_val_steps = num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
+        self.fast_dev_run = fast_dev_run
+        self.overfit_batches = overfit_batches
+        self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
         self.inference_mode = inference_mode
         self.deterministic = deterministic
+        self.detect_anomaly = detect_anomaly
+        self.profiler = build_profiler(profiler)
+        if benchmark is not None:
+            torch.backends.cudnn.benchmark = benchmark
+        if fast_dev_run:
+            n = int(fast_dev_run)
+            self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, n, 0
+            self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
+            logger = False  # checkpoints and early stopping skip themselves under fast_dev_run
+            print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
         self.default_root_dir = Path(default_root_dir)
         self.on_nonfinite_loss = on_nonfinite_loss
         self.on_data_change = on_data_change
@@ -239,10 +272,6 @@ class Trainer:
     @property
     def predicting(self) -> bool:
         return self.state.stage == "predict"
-
-    @property
-    def fast_dev_run(self) -> bool:
-        return False
 
     @property
     def lightning_module(self) -> Module:

@@ -73,7 +73,7 @@ class EarlyStopping(Callback):
             self._check(trainer)
 
     def _skip(self, trainer: Trainer) -> bool:
-        return trainer.state.fn != "fit" or trainer.sanity_checking
+        return trainer.state.fn != "fit" or trainer.sanity_checking or bool(trainer.fast_dev_run)
 
     def _check(self, trainer: Trainer) -> None:
         value = trainer.callback_metrics.get(self.monitor)

@@ -11,6 +11,7 @@ callbacks last), epoch schedulers. A checkpoint taken at any of these points res
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -76,7 +77,8 @@ class FitLoop:
             if not self.resumed:
                 self._sanity_check()
             hooks.call(trainer, "on_train_start")
-            with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal):
+            anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
+            with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal), anomaly:
                 self._run_epochs()
                 if self.signal_received is not None:
                     self._save_and_exit()
@@ -266,11 +268,13 @@ class FitLoop:
         """The epoch's batches; a resume skips the finished ones at the index level, then continues the
         checkpoint's RNG stream."""
         if not skip:
-            return start_iterator(loader)
-        reused = self.progress.epoch > 0 and bool(getattr(loader, "persistent_workers", False))
-        iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
-        self._resume_rng_now()
-        return iterator
+            iterator = start_iterator(loader)
+        else:
+            reused = self.progress.epoch > 0 and bool(getattr(loader, "persistent_workers", False))
+            iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
+            self._resume_rng_now()
+        profiler = self.trainer.profiler
+        return iterator if profiler is None else profiler.timed_iter("train_dataloader_next", iterator)
 
     def _train_batch(self, calls: _BatchCalls, batch: Any, batch_idx: int) -> Any:
         progress = self.progress
@@ -507,6 +511,10 @@ class _BatchCalls:
         self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
         self.followups = followups
         self.step = step.entry()
+        if trainer.profiler is not None:
+            self.step = trainer.profiler.timed("run_training_batch", self.step)
+            if self.to_device is not None:
+                self.to_device = trainer.profiler.timed("transfer_batch_to_device", self.to_device)
         self.check_nonfinite = step.check_nonfinite
         self.step_loss = lambda: step.step_loss
         self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends

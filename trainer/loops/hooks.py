@@ -38,14 +38,29 @@ def call(trainer: TrainerView, name: str, *args: Any, callbacks: Sequence[Callba
     """``name`` on every callback (``callbacks``, default all), then on the module; returns the module's result."""
     module = trainer.lightning_module
     for cb in trainer.callbacks if callbacks is None else callbacks:
-        getattr(cb, name)(trainer, module, *args)
-    return getattr(module, name)(*args)
+        _callback_hook(trainer, cb, name)(trainer, module, *args)
+    return _module_hook(trainer, name)(*args)
 
 
 def call_callbacks(trainer: TrainerView, name: str, *args: Any) -> None:
     """A callback-only hook (``setup``, ``on_sanity_check_start``, ...)."""
     for cb in trainer.callbacks:
-        getattr(cb, name)(trainer, trainer.lightning_module, *args)
+        _callback_hook(trainer, cb, name)(trainer, trainer.lightning_module, *args)
+
+
+def _profiled(trainer: TrainerView, action: str, fn: Hook) -> Hook:
+    profiler = trainer.profiler
+    return fn if profiler is None else profiler.timed(action, fn)
+
+
+def _callback_hook(trainer: TrainerView, cb: Callback, name: str) -> Hook:
+    return _profiled(trainer, f"[Callback]{cb.state_key}.{name}", getattr(cb, name))
+
+
+def _module_hook(trainer: TrainerView, name: str) -> Hook:
+    return _profiled(
+        trainer, f"[Module]{type(trainer.lightning_module).__name__}.{name}", getattr(trainer.lightning_module, name)
+    )
 
 
 def call_epoch_end(trainer: TrainerView, name: str, between: Callable[[], None] | None = None) -> None:
@@ -54,21 +69,23 @@ def call_epoch_end(trainer: TrainerView, name: str, between: Callable[[], None] 
     callbacks = list(trainer.callbacks)
     for cb in callbacks:
         if not is_monitoring(cb):
-            getattr(cb, name)(trainer, module)
-    getattr(module, name)()
+            _callback_hook(trainer, cb, name)(trainer, module)
+    _module_hook(trainer, name)()
     if between is not None:
         between()
     for cb in callbacks:
         if is_monitoring(cb):
-            getattr(cb, name)(trainer, module)
+            _callback_hook(trainer, cb, name)(trainer, module)
 
 
 def resolved(trainer: TrainerView, name: str) -> tuple[Hook, ...]:
     """The overridden callback hooks (bound to trainer and module), then the module's, if overridden."""
     module = trainer.lightning_module
     bound = tuple(
-        functools.partial(getattr(cb, name), trainer, module)
+        _profiled(trainer, f"[Callback]{cb.state_key}.{name}", functools.partial(getattr(cb, name), trainer, module))
         for cb in trainer.callbacks
         if overrides(cb, name, Callback)
     )
-    return bound + ((getattr(module, name),) if overrides(module, name, Module) else ())
+    if overrides(module, name, Module):
+        bound += (_module_hook(trainer, name),)
+    return bound

@@ -40,6 +40,8 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         if datamodule is not None:
             datamodule.setup(fn)
         hooks.call(trainer, "setup", fn)
+        if trainer.profiler is not None:
+            trainer.profiler.setup(fn, strategy.local_rank, trainer.log_dir)
         yield
         status = "success"
     except BaseException as exc:
@@ -54,6 +56,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
             raise clearer from exc
         raise
     finally:
+        _report_profile(trainer, fn)
         trainer.release()
         hooks.call(trainer, "teardown", fn)
         if datamodule is not None and callable(getattr(datamodule, "teardown", None)):
@@ -62,6 +65,15 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
             for lg in trainer.loggers:
                 lg.finalize(status)
         strategy.teardown()
+
+
+def _report_profile(trainer: TrainerView, fn: str) -> None:
+    profiler = trainer.profiler
+    if profiler is None:
+        return
+    profiler.teardown(fn)
+    if trainer.is_global_zero and (report := profiler.summary()):
+        print(report, flush=True)
 
 
 def _add_module_callbacks(trainer: TrainerView, module: Module) -> None:

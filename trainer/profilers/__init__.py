@@ -1,0 +1,42 @@
+"""Profilers (``Trainer(profiler="simple" | "advanced" | "pytorch" | Profiler())``), Lightning's names.
+
+With no profiler nothing is timed and the loops pay nothing. With one, the calls the loops resolve
+once per epoch (the step, the batch transfer, every overridden hook, the next batch from the
+loader) are wrapped in ``profiler.profile(name)``; at a stage's end the report is printed on global
+rank zero and written to the run folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.profilers.base import PassThroughProfiler, Profiler
+from trainer.profilers.simple import AdvancedProfiler, SimpleProfiler
+
+PROFILERS = ("simple", "advanced", "pytorch")
+
+
+def build_profiler(profiler: str | Profiler | None) -> Profiler | None:
+    """The ``profiler=`` flag as a Profiler (None: no profiling at all)."""
+    if profiler is None or isinstance(profiler, Profiler):
+        return profiler
+    if profiler == "simple":
+        return SimpleProfiler()
+    if profiler == "advanced":
+        return AdvancedProfiler()
+    if profiler == "pytorch":
+        from trainer.profilers.torch_profiler import PyTorchProfiler
+
+        return PyTorchProfiler()
+    raise ValueError(f"profiler={profiler!r}: choose one of {', '.join(PROFILERS)}, a Profiler instance, or None.")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PyTorchProfiler":  # imports torch.profiler only when asked for
+        from trainer.profilers.torch_profiler import PyTorchProfiler
+
+        return PyTorchProfiler
+    raise AttributeError(name)
+
+
+__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "build_profiler"]
