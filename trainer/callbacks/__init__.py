@@ -1,8 +1,17 @@
-"""Callbacks: hooks into the loop, each in its own file."""
+"""Callbacks: hooks into the loop, each in its own file (Lightning's names, as in ``lightning.pytorch.callbacks``)."""
 
 from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping
+from trainer.callbacks.lr_monitor import LearningRateMonitor
+from trainer.callbacks.model_summary import ModelSummary
 from trainer.callbacks.progress import ProgressBar
 
-__all__ = ["Callback", "EarlyStopping", "ModelCheckpoint", "ProgressBar"]
+__all__ = [
+    "Callback",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ModelSummary",
+    "ProgressBar",
+]
