@@ -20,6 +20,7 @@ from trainer.callbacks import (
     ModelCheckpoint,
     ModelSummary,
     ProgressBar,
+    Timer,
 )
 from trainer.datamodule import DataModule
 from trainer.module import Module
@@ -36,6 +37,7 @@ __all__ = [
     "ModelSummary",
     "Module",
     "ProgressBar",
+    "Timer",
     "Trainer",
     "__version__",
     "seed_everything",

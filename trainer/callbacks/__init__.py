@@ -3,15 +3,21 @@
 from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping
+from trainer.callbacks.lambda_function import LambdaCallback
 from trainer.callbacks.lr_monitor import LearningRateMonitor
 from trainer.callbacks.model_summary import ModelSummary
+from trainer.callbacks.prediction_writer import BasePredictionWriter
 from trainer.callbacks.progress import ProgressBar
+from trainer.callbacks.timer import Timer
 
 __all__ = [
+    "BasePredictionWriter",
     "Callback",
     "EarlyStopping",
+    "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "Timer",
 ]
