@@ -3,6 +3,7 @@
 from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping
+from trainer.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainer.callbacks.lambda_function import LambdaCallback
 from trainer.callbacks.lr_monitor import LearningRateMonitor
 from trainer.callbacks.model_summary import ModelSummary
@@ -11,6 +12,8 @@ from trainer.callbacks.progress import ProgressBar
 from trainer.callbacks.timer import Timer
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "BasePredictionWriter",
     "Callback",
     "EarlyStopping",
