@@ -1,5 +1,5 @@
-"""BaseFinetuning / BackboneFinetuning: what they change in training, and that a run resumed from their
-checkpoints ends bitwise equal to the uninterrupted one."""
+"""BaseFinetuning / BackboneFinetuning and StochasticWeightAveraging: what they change in training, and
+that a run resumed from their checkpoints ends bitwise equal to the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 
 import trainer
 from tests.models import assert_bitwise_equal, loader, params, quiet, regression_data
-from trainer.callbacks import BackboneFinetuning, BaseFinetuning
+from trainer.callbacks import BackboneFinetuning, BaseFinetuning, LambdaCallback, StochasticWeightAveraging
 from trainer.checkpoint import load_checkpoint
 
 
@@ -173,4 +173,117 @@ def test_resume_after_the_backbone_is_unfrozen_is_bitwise_equal(tmp_path: Path) 
     for step in (6, 8, 10):  # mid-epoch 1 (the groups are back without an epoch start), end of epoch 1, epoch 2
         resumed, fit = finetune_run(tmp_path / f"at{step}", tmp_path / "full" / "ckpts" / f"step{step}.ckpt")
         assert fit.global_step == 12
+        assert_bitwise_equal(resumed, final)
+
+
+# ---- StochasticWeightAveraging --------------------------------------------------------------------
+class EpochStarts(trainer.Callback):
+    """The module's parameters and the learning rate at each epoch start (it runs before SWA's hook)."""
+
+    def __init__(self) -> None:
+        self.params: list[list[torch.Tensor]] = []
+        self.lrs: list[float] = []
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.params.append(params(pl_module))
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def swa_fit(tmp_path: Path, swa: StochasticWeightAveraging, module: trainer.Module, **kwargs: Any) -> EpochStarts:
+    starts = EpochStarts()
+    quiet(tmp_path, max_epochs=4, callbacks=[starts, swa], **kwargs).fit(module, data())
+    return starts
+
+
+def test_the_module_ends_with_the_mean_of_the_averaged_epochs_weights(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = Transfer()
+    module.backbone[1] = nn.Identity()  # no BatchNorm: the weights alone
+    starts = swa_fit(tmp_path, StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=2), module)
+    # Lightning's epochs: the weights at the starts of epochs 1, 2 and 3 (0-based), not after the last
+    expected = [torch.stack(ps).mean(0) for ps in zip(*starts.params[1:4])]
+    for got, want in zip(module.parameters(), expected):
+        torch.testing.assert_close(got.detach(), want)
+
+
+def test_swalr_anneals_to_swa_lrs_and_pauses_the_modules_scheduler(tmp_path: Path) -> None:
+    swa = StochasticWeightAveraging(swa_lrs=0.2, swa_epoch_start=0.5, annealing_epochs=2, annealing_strategy="linear")
+    starts = swa_fit(tmp_path, swa, Transfer(lr=0.05, scheduler=True))
+    # StepLR halves the rate until SWA starts (epoch index 1); then SWALR goes halfway to 0.2, then all the
+    # way (a StepLR still stepping would have halved 0.025 first: 0.10625)
+    assert starts.lrs == [0.05, 0.025, pytest.approx(0.5 * 0.2 + 0.5 * 0.025), pytest.approx(0.2)]
+
+
+def test_batchnorm_statistics_are_recomputed_for_the_averaged_weights(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = Transfer()
+    swa_fit(tmp_path, StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=1), module)
+    x = regression_data(32).tensors[0]
+    with torch.no_grad():
+        features = module.backbone[0](x)
+    bn = module.backbone[1]
+    torch.testing.assert_close(bn.running_mean, features.mean(0))
+    assert int(bn.num_batches_tracked) == 4  # one pass over the 4 training batches
+
+
+def test_an_early_stop_keeps_the_trained_weights(tmp_path: Path) -> None:
+    """Lightning's rule: the average replaces the weights only when training reached max_epochs."""
+    stop = LambdaCallback(on_train_epoch_end=lambda t, m: setattr(t, "should_stop", t.current_epoch == 2))
+    module = Transfer()
+    module.backbone[1] = nn.Identity()
+    starts = EpochStarts()
+    quiet(tmp_path, max_epochs=4, callbacks=[starts, StochasticWeightAveraging(0.01, swa_epoch_start=1), stop]).fit(
+        module, data()
+    )
+    assert len(starts.params) == 3 and not all(
+        torch.equal(a, b) for a, b in zip(params(module), starts.params[2])
+    )  # trained on past the last average's epoch start, and not replaced by the average
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"swa_lrs": 0}, "swa_lrs"),
+        ({"swa_lrs": [0.1, -1.0]}, "swa_lrs"),
+        ({"swa_lrs": 0.1, "swa_epoch_start": 0}, "swa_epoch_start"),
+        ({"swa_lrs": 0.1, "swa_epoch_start": 1.5}, "swa_epoch_start"),
+        ({"swa_lrs": 0.1, "annealing_strategy": "exp"}, "annealing_strategy"),
+    ],
+)
+def test_swa_refuses_bad_arguments(kwargs: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        StochasticWeightAveraging(**kwargs)
+
+
+def test_swa_refuses_what_it_cannot_average_at_fit_start(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fraction of max_epochs"):
+        quiet(tmp_path, max_epochs=-1, max_steps=2, callbacks=[StochasticWeightAveraging(0.1)]).fit(Transfer(), data())
+
+    class NoForward(Transfer):
+        forward = nn.Module.forward  # type: ignore[assignment]
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return nn.functional.mse_loss(self.head(self.backbone(batch[0])), batch[1])
+
+    with pytest.raises(TypeError, match="define forward"):
+        quiet(tmp_path, max_epochs=2, callbacks=[StochasticWeightAveraging(0.1)]).fit(NoForward(), data())
+
+
+def swa_run(tmp_path: Path, ckpt: Path | None = None) -> tuple[list[torch.Tensor], trainer.Trainer]:
+    torch.manual_seed(0)
+    module = Transfer(lr=0.05, scheduler=True)
+    swa = StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=2)
+    fit = quiet(tmp_path, max_epochs=4, callbacks=[swa, every_step(tmp_path)], enable_checkpointing=True)
+    fit.fit(module, data(), ckpt_path=ckpt)
+    return [*params(module), module.backbone[1].running_mean.clone()], fit
+
+
+def test_resume_during_averaging_is_bitwise_equal(tmp_path: Path) -> None:
+    final, _ = swa_run(tmp_path / "full")
+    saved = load_checkpoint(tmp_path / "full" / "ckpts" / "step6.ckpt")
+    assert saved["callbacks"]["StochasticWeightAveraging"]["average_model_state"]["n_averaged"] == 1
+    assert saved["lr_schedulers"][0]["gamma"] == 0.5  # the paused StepLR's own state
+    for step in (2, 6, 8, 14):  # before SWA, mid-epoch while averaging, its end, the last epoch
+        resumed, fit = swa_run(tmp_path / f"at{step}", tmp_path / "full" / "ckpts" / f"step{step}.ckpt")
+        assert fit.global_step == 16
         assert_bitwise_equal(resumed, final)

@@ -9,6 +9,7 @@ from trainer.callbacks.lr_monitor import LearningRateMonitor
 from trainer.callbacks.model_summary import ModelSummary
 from trainer.callbacks.prediction_writer import BasePredictionWriter
 from trainer.callbacks.progress import ProgressBar
+from trainer.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainer.callbacks.timer import Timer
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "StochasticWeightAveraging",
     "Timer",
 ]
