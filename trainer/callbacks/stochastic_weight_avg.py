@@ -69,7 +69,7 @@ class StochasticWeightAveraging(Callback):
         annealing_epochs: int = 10,
         annealing_strategy: Literal["cos", "linear"] = "cos",
         avg_fn: AvgFn | None = None,
-        device: torch.device | str | None = torch.device("cpu"),  # noqa: B008 (Lightning's default)
+        device: torch.device | str | None = "cpu",  # Lightning: torch.device("cpu"); a str serializes in CLI configs
     ) -> None:
         _check_arguments(swa_lrs, swa_epoch_start, annealing_strategy, avg_fn, device)
         self._swa_lrs = swa_lrs
