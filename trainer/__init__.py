@@ -13,7 +13,15 @@ from trainer.launch import pop_legacy_local_rank as _pop_legacy_local_rank
 if (_local_rank := _pop_legacy_local_rank(_sys.argv, _os.environ)) is not None:
     _os.environ.setdefault("LOCAL_RANK", str(_local_rank))
 
-from trainer.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
+from trainer.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ModelSummary,
+    ProgressBar,
+    Timer,
+)
 from trainer.datamodule import DataModule
 from trainer.module import Module
 from trainer.seed import seed_everything
@@ -24,9 +32,12 @@ __all__ = [
     "Callback",
     "DataModule",
     "EarlyStopping",
+    "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelSummary",
     "Module",
     "ProgressBar",
+    "Timer",
     "Trainer",
     "__version__",
     "seed_everything",
