@@ -81,6 +81,7 @@ def quiet(tmp_path: object, **kwargs: object) -> trainer.Trainer:
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,
         num_sanity_val_steps=0,
         default_root_dir=tmp_path,
     )

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import trainer
-from tests.models import Regressor, loader, quiet, regression_data
+from tests.models import Regressor, assert_bitwise_equal, loader, quiet, regression_data
 from trainer.callbacks import LearningRateMonitor, ModelSummary
 from trainer.callbacks.model_summary import human_count, summarize
 from trainer.loggers.base import Logger
@@ -209,3 +209,24 @@ def test_summary_is_printed_once_at_fit_start(tmp_path: Path, capsys: pytest.Cap
     assert "Total params" not in capsys.readouterr().out
     with pytest.raises(ValueError, match="max_depth=-2"):
         ModelSummary(max_depth=-2)
+
+
+def test_the_default_summary_leaves_the_random_streams_alone(tmp_path: Path) -> None:
+    """The summary's example forward runs on rank zero only: it must not move any random stream."""
+
+    class Noisy(Regressor):
+        def __init__(self) -> None:
+            super().__init__(dropout=0.5)  # training draws from the stream the summary could move
+            self.example_input_array = torch.zeros(2, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x + 0.1 * torch.randn_like(x))
+
+    def run(summary: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        module = Noisy()
+        data = loader(regression_data(n=16), batch_size=4)
+        quiet(tmp_path / str(summary), max_epochs=1, enable_model_summary=summary).fit(module, data)
+        return [p.detach().clone() for p in module.parameters()]
+
+    assert_bitwise_equal(run(True), run(False))

@@ -160,12 +160,6 @@ def test_resume_before_the_backbone_is_unfrozen_is_bitwise_equal(tmp_path: Path)
 
 
 @pytest.mark.filterwarnings(BN_IN_HEAD_GROUP)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,  # torch: "loaded state dict has a different number of parameter groups"
-    reason="needs the core to load optimizer states after on_fit_start (Lightning's order), where BaseFinetuning "
-    "re-adds the groups it added; see the report of branch h-callbacks",
-)
 def test_resume_after_the_backbone_is_unfrozen_is_bitwise_equal(tmp_path: Path) -> None:
     final, _ = finetune_run(tmp_path / "full")
     saved = load_checkpoint(tmp_path / "full" / "ckpts" / "step6.ckpt")["callbacks"]["BackboneFinetuning"]

@@ -73,6 +73,8 @@ class Trainer:
         callbacks: Callback | Iterable[Callback] | None = None,
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
+        enable_model_summary: bool = True,
+        max_time: str | timedelta | dict[str, int] | None = None,
         on_nonfinite_loss: str = "raise",
         on_data_change: str = "raise",
         use_distributed_sampler: bool = True,
@@ -122,6 +124,10 @@ class Trainer:
             callbacks: extra callbacks (a ModelCheckpoint and a ProgressBar are added if missing).
             enable_progress_bar: draw a progress bar on rank zero.
             enable_checkpointing: keep last.ckpt and the best checkpoints.
+            enable_model_summary: print the module's layers and parameter counts when fit starts (a
+                ModelSummary callback; pass your own ModelSummary(max_depth=...) to choose its depth).
+            max_time: stop training after this long ("DD:HH:MM:SS", a timedelta or a dict such as
+                {"hours": 12}); checked after every step, and carried over by a resume (a Timer callback).
             on_nonfinite_loss: "raise" (default), "skip" the batch, or "off" (no check).
             on_data_change: a mid-epoch resume whose training data changed (batch size, dataset length, ...)
                 would skip or repeat samples: "raise" (default), or "restart_epoch" from its first batch.
@@ -189,7 +195,9 @@ class Trainer:
         self.seed = seed
         self.requeue_signal = requeue_signal
         self.loggers = self._build_loggers(logger)
-        self.callbacks = self._build_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
+        self.callbacks = self._build_callbacks(
+            callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
+        )
         self.should_stop = False  # callbacks and modules may set it
         self.state = flags.TrainerState()
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
@@ -219,9 +227,15 @@ class Trainer:
         return loggers
 
     def _build_callbacks(
-        self, callbacks: Callback | Iterable[Callback] | None, progress: bool, checkpointing: bool
+        self,
+        callbacks: Callback | Iterable[Callback] | None,
+        progress: bool,
+        checkpointing: bool,
+        summary: bool,
+        max_time: Any,
     ) -> list[Callback]:
-        from trainer.callbacks import ModelCheckpoint, ProgressBar
+        """The given callbacks plus the defaults that the ``enable_*`` flags and ``max_time`` ask for."""
+        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer
 
         given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
         for cb in given:
@@ -236,6 +250,12 @@ class Trainer:
             raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
         if progress and not any(isinstance(cb, ProgressBar) for cb in given):
             given.append(ProgressBar())
+        if summary and not any(isinstance(cb, ModelSummary) for cb in given):
+            given.append(ModelSummary())
+        if max_time is not None:
+            if any(isinstance(cb, Timer) for cb in given):
+                raise ValueError("max_time= and a Timer in callbacks= both set a time limit: keep one.")
+            given.append(Timer(duration=max_time, interval="step"))
         return _checkpointing_last(given)
 
     # ---- the run's facts, read-only ----------------------------------------------------------

@@ -242,8 +242,13 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not self._max_depth or not trainer.is_global_zero:
             return
-        with trainer.precision.forward_context():
-            summary = summarize(pl_module, self._max_depth, _example_as_batch(trainer, pl_module))
+        example = _example_as_batch(trainer, pl_module)
+        if example is None:
+            summary = summarize(pl_module, self._max_depth)
+        else:  # the random streams stay as they were: rank zero's must not drift from the others'
+            devices = [trainer.strategy.root_device] if trainer.strategy.root_device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices), trainer.precision.forward_context():
+                summary = summarize(pl_module, self._max_depth, example)
         self.summarize(summary, **self._summarize_kwargs)
 
     @staticmethod

@@ -119,7 +119,7 @@ def restore_module_and_callbacks(trainer: TrainerView, checkpoint: dict[str, Any
 
 
 def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Path) -> None:
-    """Optimizers, schedulers, scaler, the loop's progress and position, RNG, metrics and loggers."""
+    """Scaler, the loop's progress and position, RNG, metrics and loggers (``restore_optimizers`` does the rest)."""
     if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
         raise ValueError(
             f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
@@ -129,9 +129,6 @@ def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Pat
     optimization = fit.optimization
     assert optimization is not None
     _check_optimizer_classes(path, checkpoint.get("optimizer_classes"), optimization.optimizers)
-    _restore_list("optimizer state", path, checkpoint["optimizer_states"], optimization.optimizers, trainer)
-    schedulers = [config.scheduler for config in optimization.lr_scheduler_configs]
-    _restore_list("LR scheduler", path, checkpoint["lr_schedulers"], schedulers, trainer)
     trainer.precision.load_state_dict(checkpoint["precision"])
     fit.progress.load_state_dict(checkpoint["loops"]["fit"])
     fit.load_data_state(checkpoint["loops"]["data"], path)
@@ -140,6 +137,16 @@ def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Pat
     if trainer.is_global_zero:
         for lg, lg_state in zip(trainer.loggers, checkpoint.get("loggers", [])):
             lg.load_state_dict(lg_state)
+
+
+def restore_optimizers(trainer: TrainerView, checkpoint: dict[str, Any], path: Path) -> None:
+    """Optimizer and scheduler states; after ``on_fit_start`` (Lightning's order), where a callback may first
+    rebuild what they hold, such as the parameter groups ``BaseFinetuning`` added."""
+    optimization = trainer.fit_loop.optimization
+    assert optimization is not None
+    _restore_list("optimizer state", path, checkpoint["optimizer_states"], optimization.optimizers, trainer)
+    schedulers = [config.scheduler for config in optimization.lr_scheduler_configs]
+    _restore_list("LR scheduler", path, checkpoint["lr_schedulers"], schedulers, trainer)
 
 
 def _check_optimizer_classes(path: Path, saved: list[str] | None, optimizers: list[Any]) -> None:
@@ -218,5 +225,6 @@ __all__ = [
     "read_checkpoint",
     "resolve_checkpoint_path",
     "restore_module_and_callbacks",
+    "restore_optimizers",
     "restore_training",
 ]

@@ -56,6 +56,7 @@ class FitLoop:
         self.signal_received: str | None = None
         self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
         self.resumed = False
+        self._checkpoint: tuple[dict[str, Any], Path] | None = None  # read; optimizer states not loaded yet
         self.is_last_batch = False  # the batch being trained is the epoch's last
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
@@ -74,6 +75,7 @@ class FitLoop:
             check_fit(trainer, module)
             self._setup(module, train, val, datamodule, ckpt_path)
             hooks.call(trainer, "on_fit_start")
+            self._restore_optimizers()
             if not self.resumed:
                 self._sanity_check()
             hooks.call(trainer, "on_train_start")
@@ -87,6 +89,7 @@ class FitLoop:
 
     def _reset(self) -> None:
         self.progress = Progress()
+        self._checkpoint = None
         self.signal_received = None
         self.resumed = False
         self.saved_layout = None
@@ -127,12 +130,26 @@ class FitLoop:
 
             assert path is not None
             restore_training(trainer, checkpoint, path)
+            self._checkpoint = (checkpoint, path)  # optimizer states: after on_fit_start
             self.resumed = True
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
             params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
                 lg.log_hyperparams(params)
+
+    def _restore_optimizers(self) -> None:
+        """Lightning's order: callbacks' ``on_fit_start`` first, so they can rebuild what the saved states
+        hold (``BaseFinetuning`` re-adds the parameter groups it added) before the states are loaded."""
+        if self._checkpoint is not None:
+            from trainer.checkpoint.state import restore_optimizers
+
+            checkpoint, path = self._checkpoint
+            self._checkpoint = None
+            restore_optimizers(self.trainer, checkpoint, path)
+            if self.trainer.is_global_zero:
+                progress = self.progress
+                print(f"steadytrain: resumed from {path} at epoch {progress.epoch}, step {progress.global_step}.")
 
     def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
         trainer = self.trainer
@@ -190,6 +207,8 @@ class FitLoop:
         while True:
             if 0 <= trainer.max_steps <= progress.global_step:
                 break
+            if trainer.should_stop and self._can_stop():  # e.g. a resumed run whose max_time is spent
+                break
             if trainer.max_epochs is not None and progress.epoch >= trainer.max_epochs:
                 break
             completed = self._run_epoch()
@@ -202,8 +221,6 @@ class FitLoop:
                 break
             progress.epoch += 1
             progress.start_epoch()
-            if trainer.should_stop and self._can_stop():
-                break
 
     def _run_epoch(self) -> bool:
         """Train one epoch from ``progress.batches_done``; returns whether it ran to its end."""
