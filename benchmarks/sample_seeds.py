@@ -52,9 +52,7 @@ def timed(read: Callable[[int], Any], n: int) -> Callable[[], float]:
 
 def measure(name: str, dataset: Dataset[Any], n: int, rounds: int) -> None:
     seeded = SeededDataset(dataset, data_seed=1234)
-    plain, ours = interleaved(
-        timed(dataset.__getitem__, n), timed(lambda i: seeded[SampleKey(3, i)], n), rounds
-    )
+    plain, ours = interleaved(timed(dataset.__getitem__, n), timed(lambda i: seeded[SampleKey(3, i)], n), rounds)
     ratios = [o / p for p, o in zip(plain, ours)]
     extra_us = statistics.median((o - p) / n * 1e6 for p, o in zip(plain, ours))
     print(

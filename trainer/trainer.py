@@ -355,6 +355,12 @@ class Trainer:
         return self.fit_loop.is_last_batch
 
     @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the whole fit takes (``max_steps``, epochs x batches / accumulation), as Lightning
+        counts them; for schedulers such as OneCycleLR built in ``configure_optimizers``."""
+        return self.fit_loop.estimated_stepping_batches()
+
+    @property
     def num_training_batches(self) -> int | float:
         return self.fit_loop.num_training_batches
 

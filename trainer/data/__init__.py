@@ -9,7 +9,7 @@ its finished batches.
 """
 
 from trainer.data.device import move_to_device
-from trainer.data.loaders import has_len, num_batches, set_epoch
+from trainer.data.loaders import has_len, num_batches, set_epoch, shut_down_workers
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import (
@@ -18,6 +18,7 @@ from trainer.data.sharding import (
     check_shardable,
     prepare_eval_loader,
     prepare_train_loader,
+    unshuffled,
 )
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "restore_epoch_rng",
     "seed_samples",
     "set_epoch",
+    "shut_down_workers",
     "skip_batches",
     "start_persistent_workers",
+    "unshuffled",
 ]

@@ -122,3 +122,20 @@ def resolve_loaders(
     for loader in loaders:
         _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
     return loaders, []
+
+
+class LoaderSource:
+    """Where fit's loaders come from, kept so they can be requested again
+    (``reload_dataloaders_every_n_epochs``): given ones are the same objects each time; the module's or
+    DataModule's ``*_dataloader()`` hooks are called anew."""
+
+    def __init__(
+        self, strategy: Strategy, use_distributed_sampler: bool, module: Any, train: Any, val: Any, datamodule: Any
+    ) -> None:
+        if is_datamodule(train):
+            datamodule, train = train, None
+        self._args = (strategy, use_distributed_sampler, module, "fit", train, val, datamodule)
+        self.given = [name for name, obj in (("training", train), ("validation", val)) if obj is not None]
+
+    def request(self) -> tuple[Any, list[Any]]:
+        return resolve_loaders(*self._args)

@@ -164,6 +164,21 @@ def prepare_train_loader(
     return rebuilt
 
 
+def unshuffled(loader: Iterable[Any]) -> Iterable[Any]:
+    """The loader in its dataset's order (``overfit_batches`` trains on the same first batches each epoch)."""
+    if not isinstance(loader, DataLoader) or _has_custom_batch_sampler(loader):
+        return loader
+    sampler, batch_size, drop_last = _batching(loader)
+    if type(sampler) is not RandomSampler:
+        return loader
+    warnings.warn(
+        "overfit_batches is set and the training DataLoader shuffles: the Trainer turns shuffling off, so every "
+        "epoch trains on the same batches.",
+        stacklevel=4,
+    )
+    return _rebuild(loader, SequentialSampler(loader.dataset), batch_size, drop_last)  # type: ignore[arg-type]
+
+
 def _draw_seed() -> int:
     return int(torch.empty((), dtype=torch.int64).random_(2**62).item())
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.datamodule import DataModule
 from trainer.loops.hooks import overrides
 from trainer.module import Module
+from trainer.precision.base import Precision
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -24,6 +25,9 @@ def transfer(trainer: TrainerView, dataloader_idx: int = 0) -> Callable[[Any], A
     before = _hook(trainer, "on_before_batch_transfer")
     custom = _hook(trainer, "transfer_batch_to_device")
     after = _hook(trainer, "on_after_batch_transfer")
+    precision = trainer.precision
+    if type(precision).convert_input is not Precision.convert_input:  # true half precision casts the floats
+        after = _then(after, precision.convert_input)
     if before is None and custom is None and after is None:
         return mover
     device = strategy.root_device
@@ -40,6 +44,12 @@ def transfer(trainer: TrainerView, dataloader_idx: int = 0) -> Callable[[Any], A
         return batch
 
     return run
+
+
+def _then(hook: Callable[[Any, int], Any] | None, convert: Callable[[Any], Any]) -> Callable[[Any, int], Any]:
+    if hook is None:
+        return lambda batch, _idx: convert(batch)
+    return lambda batch, idx: convert(hook(batch, idx))
 
 
 def _hook(trainer: TrainerView, name: str) -> Callable[..., Any] | None:

@@ -90,11 +90,17 @@ class EvaluationLoop:
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
+        batches: Iterable[Any] = start_iterator(loader)
+        if trainer.profiler is not None:  # Lightning's action names
+            step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
+            to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)
+            prefix = "val" if stage == "validation" else stage
+            batches = trainer.profiler.timed_iter(f"[_EvaluationLoop].{prefix}_next", batches)
         extra = (idx,) if several else ()
         start = hooks.resolved(trainer, f"on_{stage}_batch_start")
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")
         outputs = self.predictions[idx]
-        for batch_idx, batch in enumerate(start_iterator(loader)):
+        for batch_idx, batch in enumerate(batches):
             if batch_idx >= total:
                 break
             if to_device is not None:

@@ -24,6 +24,7 @@ import torch
 import trainer.data as data
 import trainer.data.position as position
 import trainer.loops.hooks as hooks
+from trainer.data.resolve import LoaderSource
 from trainer.loops.batches import transfer
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
 from trainer.loops.evaluation import EvaluationLoop
@@ -51,6 +52,11 @@ class FitLoop:
         self.step: AutomaticStep | ManualStep | None = None
         self.val_loop = EvaluationLoop(trainer, "validation")
         self.train_dataloader: Iterable[Any] | None = None
+        self.source: LoaderSource | None = None  # where the loaders come from, to request them again
+        self.raw_train: Any = None  # the training loader as given, before sharding
+        self.loader_epoch = 0  # the epoch whose start requested the current loaders
+        self.loader_rng: dict[str, Any] | None = None  # the RNG that request started from (0: none)
+        self.saved_loader_rng: dict[str, Any] | None = None
         self.num_training_batches: int | float = math.inf
         self.val_check_batch: int | float = math.inf
         self.signal_received: str | None = None
@@ -90,6 +96,9 @@ class FitLoop:
     def _reset(self) -> None:
         self.progress = Progress()
         self._checkpoint = None
+        self.train_dataloader = None
+        self.loader_epoch = 0
+        self.loader_rng = self.saved_loader_rng = None
         self.signal_received = None
         self.resumed = False
         self.saved_layout = None
@@ -99,7 +108,6 @@ class FitLoop:
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.state import read_checkpoint, resolve_checkpoint_path, restore_module_and_callbacks
-        from trainer.data.resolve import resolve_loaders
         from trainer.optim import parse_optimizers
 
         trainer = self.trainer
@@ -107,14 +115,16 @@ class FitLoop:
         if trainer.compile:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
-        train_loader, val_loaders = resolve_loaders(
-            strategy, trainer.use_distributed_sampler, module, "fit", train, val, datamodule
-        )
+        self.source = LoaderSource(strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
+        self._check_reload_source()
+        train_loader, val_loaders = self._request()
+        self.raw_train = train_loader
         check_output_folders(trainer)
         path = resolve_checkpoint_path(trainer, ckpt_path) if ckpt_path is not None else None
         checkpoint = read_checkpoint(trainer, path) if path is not None else None
         if checkpoint is not None:
             restore_module_and_callbacks(trainer, checkpoint, fitting=True)
+        trainer.precision.convert_module(module)
         strategy.setup_module(module)
         optimizers, schedulers = parse_optimizers(module.configure_optimizers())
         check_optimizers(module, optimizers)
@@ -132,6 +142,7 @@ class FitLoop:
             restore_training(trainer, checkpoint, path)
             self._checkpoint = (checkpoint, path)  # optimizer states: after on_fit_start
             self.resumed = True
+            train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
             params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
@@ -151,11 +162,85 @@ class FitLoop:
                 progress = self.progress
                 print(f"steadytrain: resumed from {path} at epoch {progress.epoch}, step {progress.global_step}.")
 
-    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
+    # ---- the loaders, requested again every n epochs (reload_dataloaders_every_n_epochs) ---------------
+    def _check_reload_source(self) -> None:
+        every, source = self.trainer.reload_dataloaders_every_n_epochs, self.source
+        assert source is not None
+        if every and source.given:
+            warnings.warn(
+                f"reload_dataloaders_every_n_epochs={every} does not change the {' and '.join(source.given)} "
+                "loader(s) passed to fit(): the same objects are used every epoch. Return them from the module's "
+                "or the DataModule's train_dataloader()/val_dataloader() to get new ones.",
+                stacklevel=4,
+            )
+
+    def _reload_due(self, epoch: int) -> bool:
+        every = self.trainer.reload_dataloaders_every_n_epochs
+        return bool(every) and epoch % every == 0 and epoch != self.loader_epoch
+
+    def _reload(self, epoch: int) -> None:
+        """New loaders at the start of ``epoch``; the RNG they started from goes into checkpoints."""
+        assert self.source is not None and self.train_dataloader is not None
+        self.loader_rng = rng_state()
+        train_loader, val_loaders = self._request()
+        data.shut_down_workers([self.train_dataloader, *self.val_loop.loaders])
+        self.loader_epoch = epoch
+        self._prepare_data(train_loader, val_loaders)
+
+    def _loaders_of_resumed_epoch(self, train_loader: Any, val_loaders: list[Any]) -> tuple[Any, list[Any]]:
+        """The loaders the resumed epoch ran on, when an earlier epoch's start requested them: requested
+        again as then (same ``current_epoch``, same RNG), so their order and contents are the same."""
+        every, progress = self.trainer.reload_dataloaders_every_n_epochs, self.progress
+        first = progress.epoch - progress.epoch % every if every else 0
+        if not first or (first == progress.epoch and not progress.batches_done):
+            return train_loader, val_loaders  # epoch 0's, or requested at this epoch's start (_epoch_loader)
+        assert self.source is not None
+        epoch, rng = progress.epoch, rng_state()
+        progress.epoch, self.loader_epoch, self.loader_rng = first, first, self.saved_loader_rng
+        try:
+            if self.loader_rng is not None:
+                set_rng_state(self.loader_rng)
+            return self._request()
+        finally:
+            progress.epoch = epoch
+            set_rng_state(rng)
+
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the whole fit will take (Lightning's rule), known from ``configure_optimizers`` on."""
         trainer = self.trainer
-        prepared = data.prepare_train_loader(
+        no_step_limit = math.inf if trainer.max_steps == -1 else trainer.max_steps
+        if trainer.max_epochs is None:
+            return no_step_limit
+        if self.train_dataloader is not None:
+            batches = self.num_training_batches
+        elif self.raw_train is not None:
+            with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
+                batches = data.num_batches(self._sharded(self.raw_train), trainer.limits["train"])
+        else:
+            raise RuntimeError(
+                "estimated_stepping_batches needs the training loader: read it in configure_optimizers() or later "
+                "during fit()."
+            )
+        if math.isinf(batches):
+            return no_step_limit
+        steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs, 1)
+        return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
+
+    def _request(self) -> tuple[Any, list[Any]]:
+        assert self.source is not None
+        train_loader, val_loaders = self.source.request()
+        return data.unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
+
+    def _sharded(self, train_loader: Any) -> Iterable[Any]:
+        trainer = self.trainer
+        return data.prepare_train_loader(
             train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
         )
+
+    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
+        trainer = self.trainer
+        self.raw_train = train_loader
+        prepared = self._sharded(train_loader)
         self.train_dataloader = data.seed_samples(prepared, self.data_seed)
         self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
         if self.num_training_batches == 0:
@@ -201,7 +286,8 @@ class FitLoop:
     # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
-        if self.resumed and (progress.epoch > 0 or progress.batches_done > 0):
+        reloads = self._reload_due(progress.epoch) and not progress.batches_done
+        if self.resumed and not reloads and (progress.epoch > self.loader_epoch or progress.batches_done > 0):
             assert self.train_dataloader is not None
             data.start_persistent_workers(self.train_dataloader, start_iterator)
         while True:
@@ -272,6 +358,9 @@ class FitLoop:
         loader = self.train_dataloader
         if skip == 0:
             self._resume_rng_now()
+            if self._reload_due(self.progress.epoch):
+                self._reload(self.progress.epoch)
+                loader = self.train_dataloader
             self.epoch_rng = data.capture_epoch_rng(loader)
         if self.resharded is not None:  # the old layout, whose samplers drew from the epoch's global RNG
             loader, self.resharded = self.resharded, None
@@ -287,11 +376,15 @@ class FitLoop:
         if not skip:
             iterator = start_iterator(loader)
         else:
-            reused = self.progress.epoch > 0 and bool(getattr(loader, "persistent_workers", False))
+            reused = self.progress.epoch > self.loader_epoch and bool(getattr(loader, "persistent_workers", False))
             iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
             self._resume_rng_now()
         profiler = self.trainer.profiler
-        return iterator if profiler is None else profiler.timed_iter("train_dataloader_next", iterator)
+        return (
+            iterator
+            if profiler is None
+            else profiler.timed_iter("[_TrainingEpochLoop].train_dataloader_next", iterator)
+        )
 
     def _train_batch(self, calls: _BatchCalls, batch: Any, batch_idx: int) -> Any:
         progress = self.progress
@@ -473,7 +566,8 @@ class FitLoop:
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        return {"rng": rng_state(), "epoch_rng": self.epoch_rng, "grads": self._open_window_grads()}
+        state = {"rng": rng_state(), "epoch_rng": self.epoch_rng, "grads": self._open_window_grads()}
+        return state if self.loader_rng is None else {**state, "loader_rng": self.loader_rng}
 
     def _open_window_grads(self) -> list[torch.Tensor | None] | None:
         accumulate = self.trainer.accumulate_grad_batches
@@ -494,6 +588,7 @@ class FitLoop:
         mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
         self.resume_rng = mine["rng"]
         self.epoch_rng = mine["epoch_rng"] if same else ranks[0]["epoch_rng"]
+        self.saved_loader_rng = mine.get("loader_rng")
         grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
         if not same and not self.progress.batches_done:
             warnings.warn(

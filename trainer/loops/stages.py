@@ -80,6 +80,7 @@ def _run(
             strategy, trainer.use_distributed_sampler, module, stage, dataloaders, None, datamodule
         )
         _load_weights(trainer, ckpt_path, fn)
+        trainer.precision.convert_module(module)
         strategy.setup_module(module)
         loop.setup(loaders, trainer.limits[stage])
         return loop.run(keep_predictions=keep)
