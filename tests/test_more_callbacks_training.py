@@ -281,3 +281,26 @@ def test_resume_during_averaging_is_bitwise_equal(tmp_path: Path) -> None:
         resumed, fit = swa_run(tmp_path / f"at{step}", tmp_path / "full" / "ckpts" / f"step{step}.ckpt")
         assert fit.global_step == 16
         assert_bitwise_equal(resumed, final)
+
+
+FINETUNE_DDP = Path(__file__).parent / "scripts" / "finetune_ddp.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["epoch", "batch"])
+def test_layers_unfrozen_under_ddp_train_on_the_global_batch(tmp_path: Path, mode: str) -> None:
+    """DDP fixes the parameters it all-reduces when it wraps the module; layers unfrozen later (at an
+    epoch start by BackboneFinetuning, or mid-epoch in a hook) must still average across ranks."""
+    from tests.helpers import run_python
+    from tests.scripts.finetune_ddp import run
+
+    run(tmp_path, mode)  # one device, the same global batch
+    single = torch.load(tmp_path / "params-rank0.pt", weights_only=True)["params"]
+    ddp_dir = tmp_path / "ddp"
+    ddp_dir.mkdir()
+    done = run_python([str(FINETUNE_DDP), str(ddp_dir), mode, "--strategy", "ddp", "--devices", "2"], timeout=120)
+    assert done.returncode == 0, done.output
+    ranks = [torch.load(ddp_dir / f"params-rank{r}.pt", weights_only=True)["params"] for r in (0, 1)]
+    assert_bitwise_equal(ranks[0], ranks[1])
+    for got, want in zip(ranks[0], single, strict=True):
+        assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()

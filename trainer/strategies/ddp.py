@@ -74,6 +74,8 @@ class DDPStrategy(Strategy):
         self._timeout_arg = timeout
         self.rendezvous_timeout = rendezvous_timeout
         self.sync_batchnorm = sync_batchnorm
+        self._params: list[nn.Parameter] = []  # the wrapped module's, and which of them DDP reduces
+        self._trainable: list[bool] = []
         self._ddp_kwargs: dict[str, Any] = {
             "find_unused_parameters": find_unused_parameters,
             "gradient_as_bucket_view": gradient_as_bucket_view,
@@ -185,9 +187,15 @@ class DDPStrategy(Strategy):
             self._broadcast(list(module.parameters()) + list(module.buffers()))
             self.model = module
             return self.model
-        device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
-        self.model = DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
+        self.model = self._wrap(module)
         return self.model
+
+    def _wrap(self, module: nn.Module) -> DistributedDataParallel:
+        """DDP reduces the parameters that are trainable now; remember which, to notice a later (un)freeze."""
+        self._params = list(module.parameters())
+        self._trainable = [p.requires_grad for p in self._params]
+        device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
+        return DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
         """Rank 0's values into every rank's tensors, in one flat broadcast."""
@@ -265,8 +273,20 @@ class DDPStrategy(Strategy):
             return super().step_function(stage)
         assert self.model is not None, "setup_module() must run before a step"
         if isinstance(self.model, DistributedDataParallel):
-            return self.model  # DDP's forward: StepWrapper calls training_step(batch, batch_idx)
+            return self._ddp_training_step
         return self._manual_training_step
+
+    def _ddp_training_step(self, batch: Any, batch_idx: int) -> Any:
+        """DDP's forward (StepWrapper calls training_step), wrapped again when layers were (un)frozen.
+
+        DDP fixes the parameters it all-reduces when it wraps; a layer unfrozen later (fine-tuning)
+        would train on this rank's samples alone. Every rank changes its flags at the same step, so
+        every rank wraps again there (a collective: DDP broadcasts rank 0's weights, equal already).
+        """
+        if [p.requires_grad for p in self._params] != self._trainable:
+            assert self.module is not None
+            self.model = self._wrap(self.module)
+        return self.model(batch, batch_idx)  # type: ignore[misc]
 
     def _manual_training_step(self, batch: Any, batch_idx: int) -> Any:
         assert self.module is not None
