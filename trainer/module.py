@@ -25,6 +25,7 @@ from trainer.hparams import AttributeDict, HParams
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
+    from trainer.loggers.base import Logger
     from trainer.view import TrainerView
 
 
@@ -344,6 +345,85 @@ class Module(nn.Module):
     def world_size(self) -> int:
         trainer = self.__dict__.get("_trainer")
         return trainer.world_size if trainer is not None else 1
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index on its machine (0 without a Trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
+    def logger(self) -> Logger | None:
+        """The Trainer's first logger (None without a Trainer or loggers)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """The Trainer's loggers ([] without a Trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return list(trainer.loggers) if trainer is not None else []
+
+    @property
+    def example_input_array(self) -> Any:
+        """What ``forward`` takes: a tensor (``forward(x)``), a tuple (``forward(*x)``) or a dict
+        (``forward(**x)``); ``ModelSummary`` runs it to show each layer's in and out sizes."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        object.__setattr__(self, "_example_input_array", example)
+
+    # ---- utilities -------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank zero only, through the progress bar while it draws (so it is not torn)."""
+        if self.global_rank != 0:
+            return
+        from trainer.callbacks.progress import ProgressBar
+
+        trainer = self.__dict__.get("_trainer")
+        callbacks = trainer.callbacks if trainer is not None else []
+        bar = next((cb for cb in callbacks if isinstance(cb, ProgressBar)), None)
+        if bar is not None:
+            bar.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every rank's tensors (numbers become tensors; collections keep their shape), stacked on a new
+        first dimension. On one process they come back unchanged, as in Lightning. A collective: every
+        rank must call it with the same shapes. ``sync_grads=True`` lets gradients flow back."""
+        if group is not None:
+            raise ValueError("self.all_gather(group=...): tensors are gathered over all ranks only; leave group=None.")
+        from lightning_utilities.core.apply_func import apply_to_collection
+
+        device = self.device
+        world_size = self.world_size
+        strategy = self.trainer.strategy if world_size > 1 else None
+
+        def gather(value: Any) -> torch.Tensor:
+            tensor = torch.as_tensor(value, device=device)
+            if strategy is None:
+                return tensor
+            if sync_grads:
+                import torch.distributed.nn.functional as dist_fn
+
+                return torch.stack(dist_fn.all_gather(tensor))
+            return strategy.all_gather(tensor)
+
+        return apply_to_collection(data, (torch.Tensor, int, float, bool), gather)
+
+    def freeze(self) -> Self:
+        """No parameter requires grad, and eval mode (for inference)."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self) -> Self:
+        """Every parameter requires grad again, and train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
 
     # ---- logging -------------------------------------------------------------------------
     def log(
