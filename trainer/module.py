@@ -461,11 +461,6 @@ class Module(nn.Module):
             raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over all ranks only.")
         if rank_zero_only and sync_dist:
             raise ValueError(f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other.")
-        if callable(reduce_fx):
-            reduce_fx = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(
-                reduce_fx,
-                repr(reduce_fx),  # type: ignore[call-overload]
-            )
         trainer.metric_log.results.log(
             name,
             value,
