@@ -65,7 +65,7 @@ def test_local_rank_logger_and_loggers_without_and_with_a_trainer(tmp_path: Path
 def test_print_on_global_rank_zero_only(capsys: Any) -> None:
     module = Regressor()
     module.print("no trainer", 1)
-    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=1, callbacks=[]))
+    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=1, progress_bar_callback=None))
     module.print("rank one")
     assert capsys.readouterr().out == "no trainer 1\n"
 
@@ -75,7 +75,7 @@ def test_print_goes_above_a_drawing_progress_bar() -> None:
     bar = ProgressBar()
     bar._bar = SimpleNamespace(write=lambda s, **kw: written.append((s, kw)))
     module = Regressor()
-    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=0, callbacks=[bar]))
+    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=0, progress_bar_callback=bar))
     module.print("a", 2, sep="-", flush=True)
     assert written == [("a-2", {})]
 

@@ -379,11 +379,8 @@ class Module(nn.Module):
         """``print`` on global rank zero only, through the progress bar while it draws (so it is not torn)."""
         if self.global_rank != 0:
             return
-        from trainer.callbacks.progress import ProgressBar
-
         trainer = self.__dict__.get("_trainer")
-        callbacks = trainer.callbacks if trainer is not None else []
-        bar = next((cb for cb in callbacks if isinstance(cb, ProgressBar)), None)
+        bar = trainer.progress_bar_callback if trainer is not None else None
         if bar is not None:
             bar.print(*args, **kwargs)
         else:
