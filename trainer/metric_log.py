@@ -48,6 +48,7 @@ class MetricLog:
         results = self.results
         values = results.pop_step_metrics(self.strategy)
         self.callback_metrics.update(values)
+        self.callback_metrics.update(results.unforked(values))
         self.progress_bar_keys |= results.prog_bar
         self._unwritten.update(values)
         if write and self._unwritten:
@@ -60,6 +61,7 @@ class MetricLog:
         values = results.epoch_metrics(self.strategy)
         if publish:
             self.callback_metrics.update(values)
+            self.callback_metrics.update(results.unforked(values))
             self.progress_bar_keys |= results.prog_bar
             self._write(values, results.no_logger, epoch, step)
         return {k: float(v) for k, v in values.items()}

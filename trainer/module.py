@@ -10,23 +10,28 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import torch
 from torch import nn
 
+import trainer.hparams as hparams_lib
+from trainer.hparams import AttributeDict, HParams
+
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
+    from trainer.loggers.base import Logger
     from trainer.view import TrainerView
-
-_PRIMITIVES = (bool, int, float, str, type(None))
 
 
 def _record_init_args(init: Any) -> Any:
-    """Wrap a subclass ``__init__`` so the outermost call's arguments become ``hparams``."""
+    """Wrap a subclass ``__init__`` so the outermost call's arguments are recorded as ``hparams``
+    (unless ``save_hyperparameters`` chose them), so ``load_from_checkpoint`` can rebuild any module."""
 
     @functools.wraps(init)
     def wrapper(self: Module, *args: Any, **kwargs: Any) -> None:
@@ -35,16 +40,7 @@ def _record_init_args(init: Any) -> Any:
             object.__setattr__(self, "_hparams_recorded", True)
         init(self, *args, **kwargs)
         if outermost:
-            bound = inspect.signature(init).bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            params = dict(bound.arguments)
-            params.pop("self", None)
-            for name, param in inspect.signature(init).parameters.items():
-                if param.kind is param.VAR_KEYWORD:
-                    params.update(params.pop(name, {}))
-                elif param.kind is param.VAR_POSITIONAL:
-                    params.pop(name, None)
-            object.__setattr__(self, "_hparams", params)
+            self._hparams_state().record(hparams_lib.bound_init_args(init, self, args, kwargs))
 
     return wrapper
 
@@ -52,8 +48,9 @@ def _record_init_args(init: Any) -> Any:
 class Module(nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers`` (the rest is optional).
 
-    The arguments of your ``__init__`` are recorded as ``self.hparams`` and stored in
-    checkpoints, so ``YourModule.load_from_checkpoint(path)`` can rebuild the module.
+    The arguments of your ``__init__`` are recorded as ``self.hparams`` (or those you choose with
+    ``save_hyperparameters``) and stored in checkpoints, so ``YourModule.load_from_checkpoint(path)``
+    can rebuild the module.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -264,10 +261,55 @@ class Module(nn.Module):
         return optimization
 
     # ---- facts about the run -------------------------------------------------------------
+    # ---- hyper-parameters ----------------------------------------------------------------
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: Sequence[str] | str | None = None,
+        frame: types.FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
+        """Choose what ``self.hparams`` holds, as Lightning does; checkpoints and loggers get it.
+
+        No ``args``: every ``__init__`` argument of this object on the call stack (base classes' and
+        subclasses'), less ``ignore``. Argument names: those only. One dict or argparse.Namespace: its
+        items (a checkpoint passes them back as that argument). ``frame``: the ``__init__`` frame to
+        start reading from. ``logger=False`` keeps them from the loggers. Values that are not plain
+        (modules, tensors) are left out of checkpoints with a warning: pass them to
+        ``load_from_checkpoint`` again, or ``ignore`` them.
+        """
+        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+            self._hparams_state().explicit = True  # an empty dict or Namespace saves nothing, as Lightning
+            return
+        start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
+        ignored = hparams_lib.ignored_names(ignore)
+        init_args = hparams_lib.collect_init_args(self, start)
+        values, name, namespace = hparams_lib.select(self, init_args, args, ignored)
+        state = self._hparams_state()
+        state.save(values, ignored, name, namespace, logger)
+        if modules := hparams_lib.module_values(state.values):
+            warnings.warn(
+                f"hyper-parameters {modules} of {type(self).__name__} are nn.Modules: their weights are in the "
+                f"checkpoint already. Leave them out with save_hyperparameters(ignore={modules}).",
+                stacklevel=2,
+            )
+
     @property
-    def hparams(self) -> dict[str, Any]:
-        """The ``__init__`` arguments this module was built with."""
-        return dict(self.__dict__.get("_hparams", {}))
+    def hparams(self) -> AttributeDict:
+        """The hyper-parameters (``self.hparams.lr``); changes here go into checkpoints."""
+        return self._hparams_state().values
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyper-parameters as they were saved (what the loggers get at fit start)."""
+        return hparams_lib.frozen(self._hparams_state().initial)
+
+    def _hparams_state(self) -> HParams:
+        state = self.__dict__.get("_hparams")
+        if state is None:
+            state = HParams()
+            object.__setattr__(self, "_hparams", state)
+        return state  # type: ignore[no-any-return]
 
     @property
     def trainer(self) -> TrainerView:
@@ -303,6 +345,82 @@ class Module(nn.Module):
     def world_size(self) -> int:
         trainer = self.__dict__.get("_trainer")
         return trainer.world_size if trainer is not None else 1
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index on its machine (0 without a Trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
+    def logger(self) -> Logger | None:
+        """The Trainer's first logger (None without a Trainer or loggers)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """The Trainer's loggers ([] without a Trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return list(trainer.loggers) if trainer is not None else []
+
+    @property
+    def example_input_array(self) -> Any:
+        """What ``forward`` takes: a tensor (``forward(x)``), a tuple (``forward(*x)``) or a dict
+        (``forward(**x)``); ``ModelSummary`` runs it to show each layer's in and out sizes."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        object.__setattr__(self, "_example_input_array", example)
+
+    # ---- utilities -------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank zero only, through the progress bar while it draws (so it is not torn)."""
+        if self.global_rank != 0:
+            return
+        trainer = self.__dict__.get("_trainer")
+        bar = trainer.progress_bar_callback if trainer is not None else None
+        if bar is not None:
+            bar.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every rank's tensors (numbers become tensors; collections keep their shape), stacked on a new
+        first dimension. On one process they come back unchanged, as in Lightning. A collective: every
+        rank must call it with the same shapes. ``sync_grads=True`` lets gradients flow back."""
+        if group is not None:
+            raise ValueError("self.all_gather(group=...): tensors are gathered over all ranks only; leave group=None.")
+        from lightning_utilities.core.apply_func import apply_to_collection
+
+        device = self.device
+        world_size = self.world_size
+        strategy = self.trainer.strategy if world_size > 1 else None
+
+        def gather(value: Any) -> torch.Tensor:
+            tensor = torch.as_tensor(value, device=device)
+            if strategy is None:
+                return tensor
+            if sync_grads:
+                import torch.distributed.nn.functional as dist_fn
+
+                return torch.stack(dist_fn.all_gather(tensor))
+            return strategy.all_gather(tensor)
+
+        return apply_to_collection(data, (torch.Tensor, int, float, bool), gather)
+
+    def freeze(self) -> Self:
+        """No parameter requires grad, and eval mode (for inference)."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self) -> Self:
+        """Every parameter requires grad again, and train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
 
     # ---- logging -------------------------------------------------------------------------
     def log(
@@ -340,11 +458,6 @@ class Module(nn.Module):
             raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over all ranks only.")
         if rank_zero_only and sync_dist:
             raise ValueError(f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other.")
-        if callable(reduce_fx):
-            reduce_fx = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(
-                reduce_fx,
-                repr(reduce_fx),  # type: ignore[call-overload]
-            )
         trainer.metric_log.results.log(
             name,
             value,
@@ -372,42 +485,43 @@ class Module(nn.Module):
         strict: bool = True,
         trusted_classes: tuple[type, ...] = (),
         **overrides: Any,
-    ) -> Module:
+    ) -> Self:
         """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
 
-        The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types.
+        As in Lightning, saved values ``__init__`` does not take are dropped (unless it takes
+        ``**kwargs``). Values that were not plain are not in the checkpoint: pass them here. The file
+        is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types.
         """
         from trainer.checkpoint import load_checkpoint, load_weights
+        from trainer.checkpoint.io import CheckpointError
 
         checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
-        params = {**checkpoint.get("hyper_parameters", checkpoint.get("hparams", {})), **overrides}
+        saved = checkpoint.get("hyper_parameters", checkpoint.get("hparams", {}))
+        namespace = checkpoint.get("hparams_type") == "Namespace"
+        kwargs, dropped = hparams_lib.rebuild_kwargs(cls.__init__, saved, checkpoint.get("hparams_name"), namespace)
+        written_by = checkpoint.get("module_class", "an unknown class")
+        writer = f"the checkpoint was written by {written_by} with hyper-parameters {sorted(saved)}"
         try:
-            module = cls(**params)
+            module = cls(**{**kwargs, **overrides})
         except TypeError as err:
-            written_by = checkpoint.get("module_class", "an unknown class")
             raise TypeError(
-                f"{cls.__name__}.load_from_checkpoint({str(path)!r}): the checkpoint was written by {written_by} with "
-                f"hyper-parameters {sorted(params)}, which {cls.__name__}.__init__ does not take ({err}). Load it with "
-                "that class, or pass the arguments yours needs as keywords."
+                f"{cls.__name__}.load_from_checkpoint({str(path)!r}): {writer}, and {cls.__name__}.__init__ does not "
+                f"take them ({err}). Load it with that class, or pass the arguments yours needs as keywords."
             ) from err
-        load_weights(module, checkpoint, strict=strict)
+        try:
+            load_weights(module, checkpoint, strict=strict)
+        except CheckpointError as err:
+            if written_by == f"{cls.__module__}.{cls.__qualname__}":
+                raise
+            unused = f" ({dropped} dropped: {cls.__name__}.__init__ does not take them)" if dropped else ""
+            raise CheckpointError(f"{err} Note: {writer}{unused}; load it with that class.") from err
         return module
 
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""
-        return {k: v for k, v in self.hparams.items() if _is_primitive(v)}
+        return hparams_lib.plain_values(self.hparams)[0]
 
 
 def _unwrap(optimizer: Any) -> torch.optim.Optimizer:
     """The torch optimizer inside what ``self.optimizers()`` returned."""
     return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
-
-
-def _is_primitive(value: Any) -> bool:
-    if isinstance(value, _PRIMITIVES):
-        return True
-    if isinstance(value, list | tuple):
-        return all(_is_primitive(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_primitive(v) for k, v in value.items())
-    return False

@@ -21,6 +21,30 @@ if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
 REDUCE_FX = ("mean", "sum", "max", "min")
+_CALLABLES: dict[Any, str] = {
+    torch.mean: "mean",
+    torch.sum: "sum",
+    sum: "sum",
+    torch.max: "max",
+    max: "max",
+    torch.min: "min",
+    min: "min",
+}
+
+
+def parse_reduce_fx(name: str, reduce_fx: Any) -> str:
+    """Lightning's accepted reductions: the names (any case, "avg" for "mean"), torch.mean/sum/max/min and the
+    builtins sum/max/min. A custom reduction is a torchmetrics ``Metric``, as Lightning says too."""
+    if isinstance(reduce_fx, str):
+        fx = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()
+    else:
+        fx = next((fx for fn, fx in _CALLABLES.items() if fn is reduce_fx), "")
+    if fx not in REDUCE_FX:
+        raise ValueError(
+            f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(REDUCE_FX)} (or torch.mean, "
+            "torch.sum, torch.max, torch.min); for a custom reduction log a torchmetrics Metric instead."
+        )
+    return fx
 
 
 @dataclass
@@ -68,6 +92,7 @@ class Results:
     prog_bar: set[str] = field(default_factory=set)
     no_logger: set[str] = field(default_factory=set)
     step_only_metrics: dict[str, Any] = field(default_factory=dict)  # Metrics to reset at the epoch end
+    forks: dict[str, str] = field(default_factory=dict)  # name_step / name_epoch -> name
     batch: Any = None
     epoch_end: bool = False  # logging from on_train_epoch_end: defaults to on_epoch
     _lock: threading.Lock = field(default_factory=threading.Lock)  # DP replicas log from threads
@@ -82,14 +107,13 @@ class Results:
         logger: bool = True,
         sync_dist: bool | None = None,
         batch_size: int | None = None,
-        reduce_fx: str = "mean",
+        reduce_fx: Any = "mean",
         add_dataloader_idx: bool = True,
     ) -> None:
         training = self.stage == "train" and not self.epoch_end
         on_step = training if on_step is None else on_step
         on_epoch = (not training) if on_epoch is None else on_epoch
-        if reduce_fx not in REDUCE_FX:
-            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(REDUCE_FX)}.")
+        reduce_fx = parse_reduce_fx(name, reduce_fx)
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing.")
         if add_dataloader_idx and self.num_dataloaders > 1:
@@ -97,6 +121,8 @@ class Results:
         both = on_step and on_epoch  # then the keys are name_step and name_epoch
         keys = {f"{name}_step", f"{name}_epoch"} if both else {name}
         with self._lock:
+            if both:
+                self.forks.update({key: name for key in keys})
             self._record(name, value, on_step, on_epoch, sync_dist, batch_size, reduce_fx)
             if prog_bar:
                 self.prog_bar.update(keys)
@@ -133,6 +159,10 @@ class Results:
             )
         if not is_metric:
             entry.add(as_scalar(value, name), batch_size if batch_size is not None else _infer_batch_size(self.batch))
+
+    def unforked(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``name`` for each ``name_step`` / ``name_epoch``: callbacks see both (``monitor="name"``), as Lightning."""
+        return {self.forks[k]: v for k, v in values.items() if k in self.forks}
 
     def pop_step_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
         """Per-step values since the last call, averaged across ranks where asked (a collective then)."""

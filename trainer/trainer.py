@@ -416,6 +416,13 @@ class Trainer:
         return self.log_dir / "checkpoints"
 
     @property
+    def progress_bar_callback(self) -> Any:
+        """The ProgressBar, or None (``enable_progress_bar=False``)."""
+        from trainer.callbacks import ProgressBar
+
+        return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
+
+    @property
     def checkpoint_callback(self) -> Any:
         """The first ModelCheckpoint, or None."""
         return next(iter(self.checkpoint_callbacks), None)

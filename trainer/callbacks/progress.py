@@ -77,6 +77,14 @@ class ProgressBar(Callback):
             self._last_line = now
             self._print_line(trainer, batch_idx + 1, now)
 
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """``print``, above the bar while one draws (``self.print`` in a module comes here)."""
+        if self._bar is None:
+            print(*args, sep=sep, **kwargs)
+            return
+        kwargs.pop("flush", None)  # tqdm.write takes file and end only
+        self._bar.write(sep.join(map(str, args)), **kwargs)
+
     def _print_line(self, trainer: Trainer, done: int, now: float) -> None:
         rate = self._count / max(now - (self._epoch_start or now), 1e-9)
         total = trainer.num_training_batches

@@ -32,6 +32,8 @@ class Checkpoint(TypedDict, total=False):
     global_step: int
     state_dict: dict[str, Any]  # the user's module, never with a wrapper's prefix
     hyper_parameters: dict[str, Any]  # plain values only (weights_only loading)
+    hparams_name: str  # the __init__ argument they were passed whole as (save_hyperparameters(config))
+    hparams_type: str  # "Namespace" when that argument was an argparse.Namespace
     module_class: str
     optimizer_states: list[dict[str, Any]]
     optimizer_classes: list[str]  # which optimizer each state belongs to
@@ -61,6 +63,7 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
         "versions": {"torch": str(torch.__version__), "steadytrain": _version()},
     }
+    _hparams_origin(checkpoint, module)
     if weights_only:
         return checkpoint
     optimizers = fit.optimization.optimizers if fit.optimization else []
@@ -82,13 +85,23 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
 
 
 def _plain_hparams(trainer: TrainerView) -> dict[str, Any]:
+    """The module's plain hyper-parameters; the others are named in a warning (the CLI config holds them)."""
+    from trainer.hparams import dropped_warning, plain_values
+
     module = trainer.lightning_module
-    dropped = sorted(set(module.hparams) - set(module.primitive_hparams()))
-    if dropped and trainer.is_global_zero and trainer.config is None:  # the CLI config holds them
-        warnings.warn(
-            f"hyper-parameters {dropped} are not plain values and are left out of the checkpoint.", stacklevel=4
-        )
-    return module.primitive_hparams()
+    kept, dropped = plain_values(module.hparams)
+    if dropped and trainer.is_global_zero and trainer.config is None:
+        warnings.warn(dropped_warning(dropped, type(module).__name__), stacklevel=4)
+    return kept
+
+
+def _hparams_origin(checkpoint: Checkpoint, module: Any) -> None:
+    """Which ``__init__`` argument the hyper-parameters came from whole, so loading passes them back as it."""
+    state = module._hparams_state()
+    if state.name is not None:
+        checkpoint["hparams_name"] = state.name
+        if state.namespace:
+            checkpoint["hparams_type"] = "Namespace"
 
 
 def _version() -> str:

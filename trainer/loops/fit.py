@@ -145,7 +145,8 @@ class FitLoop:
             train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
-            params = {**module.hparams, **({"config": trainer.config} if trainer.config else {})}
+            logged = module.hparams_initial if module._hparams_state().log else {}  # save_hyperparameters(logger=)
+            params = {**logged, **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
                 lg.log_hyperparams(params)
 
