@@ -87,3 +87,16 @@ def test_batch_size_weights_the_epoch_mean(tmp_path: Path) -> None:
     fit = quiet(tmp_path)
     fit.fit(Weighted(), loader(ten(), batch_size=5))
     assert fit.callback_metrics["w"].item() == pytest.approx((0 * 1 + 1 * 3) / 4)
+
+
+def test_validation_step_values_reach_the_loggers_at_the_batch_index(tmp_path: Path) -> None:
+    """Lightning writes ``on_step=True`` evaluation values per batch, at ``step=batch_idx``; not while
+    sanity checking. The epoch value goes at the global step as before."""
+    mem = Memory()
+    fit = quiet(tmp_path, max_epochs=2, logger=mem, num_sanity_val_steps=2)
+    module = Logs(val=[("v", "idx", dict(on_step=True, on_epoch=True))])
+    fit.fit(module, loader(ten(), batch_size=4), loader(ten(), batch_size=4))
+    assert mem.values("v_step") == [(0, 1.0), (1, 2.0), (2, 3.0)] * 2
+    assert mem.values("v_epoch") == [(3, pytest.approx(1.8)), (6, pytest.approx(1.8))]
+    assert fit.validate(module, loader(ten(), batch_size=4), verbose=False)[0]["v_epoch"] == pytest.approx(1.8)
+    assert mem.values("v_step")[-3:] == [(0, 1.0), (1, 2.0), (2, 3.0)]

@@ -55,6 +55,15 @@ class MetricLog:
             unwritten, self._unwritten = self._unwritten, {}
             self._write(unwritten, results.no_logger, epoch, step)
 
+    def eval_step_end(self, epoch: int, batch_idx: int, write: bool) -> None:
+        """Values an evaluation step logged with ``on_step=True`` go to the loggers at ``step=batch_idx``, as
+        in Lightning. They are this rank's own: ranks evaluate uneven shares (no padding), so a per-step
+        reduction would wait for batches other ranks do not have; epoch values are exact across ranks."""
+        results = self.results
+        values, results.step_values = results.step_values, {}
+        if write:
+            self._write(values, results.no_logger, epoch, batch_idx)
+
     def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
         """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
         results = self.results

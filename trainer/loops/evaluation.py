@@ -100,6 +100,7 @@ class EvaluationLoop:
         start = hooks.resolved(trainer, f"on_{stage}_batch_start")
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")
         outputs = self.predictions[idx]
+        write = not trainer.sanity_checking
         for batch_idx, batch in enumerate(batches):
             if batch_idx >= total:
                 break
@@ -113,6 +114,8 @@ class EvaluationLoop:
                 outputs.append(output)
             for hook in end:
                 hook(output, batch, batch_idx, *extra)
+            if results.step_values:  # logged with on_step=True
+                trainer.metric_log.eval_step_end(trainer.current_epoch, batch_idx, write)
         results.batch = None
 
 
