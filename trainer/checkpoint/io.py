@@ -233,6 +233,12 @@ def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path 
     return next((p for p in fresh if _looks_complete(p)), None)
 
 
+def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:
+    """The newest complete checkpoint in any of ``folders`` (``find_last_checkpoint``'s rule across them)."""
+    found = [p for p in (find_last_checkpoint(folder, since) for folder in folders) if p is not None]
+    return max(found, key=_rank) if found else None
+
+
 def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list[Path]:
     """Remove temporaries of killed saves: writer gone, or untouched for ``max_age_s`` seconds."""
     removed = []
