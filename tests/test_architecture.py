@@ -78,3 +78,86 @@ def test_loops_callbacks_and_checkpoints_never_import_a_concrete_strategy() -> N
     for module, imported in graph.items():
         if module.startswith(("trainer.loops", "trainer.callbacks", "trainer.checkpoint")):
             assert not imported & concrete, f"{module} imports {sorted(imported & concrete)}"
+
+
+# ---- the Strategy seam carries everything ---------------------------------------------------------
+def strategy_blind_files() -> list[Path]:
+    """The code that runs loops, builds checkpoints and calls callbacks: it may only talk to a Strategy."""
+    return sorted(
+        [
+            *(PACKAGE / "loops").glob("*.py"),
+            *(PACKAGE / "callbacks").glob("*.py"),
+            PACKAGE / "checkpoint" / "state.py",
+            PACKAGE / "checkpoint" / "elastic.py",
+        ]
+    )
+
+
+def seam_violations(source: str) -> list[str]:
+    """What in ``source`` goes around the Strategy: torch.distributed, a concrete strategy's module, or a
+    question about which strategy runs (isinstance/type checks, comparing its name)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names]
+            module = node.module if isinstance(node, ast.ImportFrom) and node.module else ""
+            targets = [module, *(f"{module}.{n}" for n in names)] if module else names
+            bad = [t for t in targets if _distributed(t) or _concrete_strategy(t)]
+            found += [f"line {line}: imports {bad[-1]}"] if bad else []
+        elif isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.distributed":
+            found.append(f"line {line}: uses torch.distributed")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("isinstance", "issubclass"):
+            if "strateg" in ast.unparse(node).lower():
+                found.append(f"line {line}: asks which strategy runs: {ast.unparse(node)}")
+        elif isinstance(node, ast.Compare) and any(_names_the_strategy(s) for s in [node.left, *node.comparators]):
+            found.append(f"line {line}: asks which strategy runs: {ast.unparse(node)}")
+    return found
+
+
+def _names_the_strategy(node: ast.expr) -> bool:
+    """``strategy.name`` or ``type(strategy)``: a comparison with either picks out one strategy.
+    (``type(strategy).__name__`` in a profiler's label is not a decision, so it is allowed.)"""
+    text = ast.unparse(node).lower()
+    named = isinstance(node, ast.Attribute) and node.attr == "name"
+    typed = isinstance(node, ast.Call) and ast.unparse(node.func) == "type"
+    return (named or typed) and "strateg" in text
+
+
+def _distributed(module: str) -> bool:
+    return module == "torch.distributed" or module.startswith("torch.distributed.")
+
+
+def _concrete_strategy(module: str) -> bool:
+    return module.startswith("trainer.strategies.") and module.split(".")[2] in ("ddp", "dp", "fsdp")
+
+
+def test_loops_callbacks_and_checkpoint_state_go_through_the_strategy() -> None:
+    files = strategy_blind_files()
+    assert len(files) > 20
+    problems = [f"{p.relative_to(PACKAGE.parent)} {v}" for p in files for v in seam_violations(p.read_text())]
+    assert problems == []
+
+
+def test_the_seam_check_finds_each_way_around_the_strategy() -> None:
+    planted = """
+import torch.distributed as dist
+from torch.distributed import all_reduce
+from torch import distributed
+from trainer.strategies.ddp import DDPStrategy
+from trainer.strategies import fsdp
+torch.distributed.barrier()
+if isinstance(trainer.strategy, DDPStrategy): pass
+if type(self.strategy) is X: pass
+if trainer.strategy.name == "dp": pass
+"""
+    lines = sorted(int(v.split(":")[0].removeprefix("line ")) for v in seam_violations(planted))
+    assert lines == list(range(2, 11))  # each line once
+    assert seam_violations("strategy.barrier()\nif trainer.world_size > 1: pass\nname == 'x'") == []
+
+
+def test_dp_does_not_need_ddp() -> None:
+    """DataParallel runs in one process: loading it must not pull in DDP (and torch.distributed with it)."""
+    graph = import_graph()
+    assert "trainer.strategies.ddp" not in graph["trainer.strategies.dp"]
+    assert "trainer.strategies.ddp" not in graph["trainer.strategies.step_wrapper"]

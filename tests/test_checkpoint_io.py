@@ -190,6 +190,57 @@ def test_clean_keeps_fresh_tmp_of_live_writer_and_removes_old_ones(tmp_path: Pat
     assert live.exists() and other_host.exists()
 
 
+def _sharded_dir(path: Path, mtime: float, complete: bool = True) -> Path:
+    """A hand-made torch.distributed.checkpoint directory: shard files, and ``.metadata`` once complete."""
+    path.mkdir()
+    (path / "__0_0.distcp").write_bytes(b"shard 0")
+    (path / "__1_0.distcp").write_bytes(b"shard 1")
+    if complete:
+        (path / ".metadata").write_bytes(b"metadata")
+    for entry in [*path.iterdir(), path]:
+        os.utime(entry, (mtime, mtime))
+    return path
+
+
+def test_a_complete_checkpoint_directory_counts_newest_by_the_same_rule(tmp_path: Path) -> None:
+    now = time.time()
+    _touch_ckpt(tmp_path / "epoch=0.ckpt", now - 60)
+    sharded = _sharded_dir(tmp_path / "epoch=1.ckpt", now - 30)
+    assert find_last_checkpoint(tmp_path) == sharded
+    newer_file = _touch_ckpt(tmp_path / "epoch=2.ckpt", now - 10)
+    assert find_last_checkpoint(tmp_path) == newer_file
+
+
+def test_a_directory_without_metadata_is_skipped(tmp_path: Path) -> None:
+    now = time.time()
+    good = _sharded_dir(tmp_path / "epoch=1.ckpt", now - 60)
+    _sharded_dir(tmp_path / "epoch=2.ckpt", now, complete=False)  # a copy that did not finish
+    assert find_last_checkpoint(tmp_path) == good
+
+
+def test_a_directory_is_dated_by_its_metadata_not_by_later_entries(tmp_path: Path) -> None:
+    now = time.time()
+    sharded = _sharded_dir(tmp_path / "epoch=1.ckpt", now - 60)
+    file = _touch_ckpt(tmp_path / "epoch=2.ckpt", now - 30)
+    (sharded / "notes.txt").write_text("added later")  # bumps the directory's own mtime to now
+    assert find_last_checkpoint(tmp_path) == file
+
+
+def test_a_stale_temporary_directory_is_ignored_and_removed(tmp_path: Path) -> None:
+    good = _touch_ckpt(tmp_path / "epoch=1.ckpt", time.time() - 60)
+    stale = _sharded_dir(tmp_path / f".epoch=2.ckpt.tmp-{_dead_pid()}-{ckpt._HOST}", time.time())
+    assert find_last_checkpoint(tmp_path) == good
+    assert not stale.exists()
+
+
+def test_since_skips_checkpoints_written_before_it(tmp_path: Path) -> None:
+    now = time.time()
+    _touch_ckpt(tmp_path / "epoch=1.ckpt", now - 60)
+    assert find_last_checkpoint(tmp_path, since=now - 30) is None
+    ours = _sharded_dir(tmp_path / "epoch=2.ckpt", now - 10)
+    assert find_last_checkpoint(tmp_path, since=now - 30) == ours
+
+
 # ----------------------------------------------------------------------------- safe loading
 
 

@@ -13,6 +13,7 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 SELF_LAUNCH_VAR = "STEADYTRAIN_SELF_LAUNCHED"
@@ -189,6 +190,40 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+# ---- elastic restarts --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ElasticRestart:
+    """torchrun restarted the whole group (``--max-restarts``) after a rank died: attempt ``count``.
+
+    ``started_at`` is when torchrun's agent (this process's parent) started, so the newest checkpoint
+    written since then belongs to this run; None where that cannot be read (not Linux).
+    """
+
+    count: int
+    run_id: str
+    started_at: float | None
+
+
+def elastic_restart(environ: Mapping[str, str] | None = None) -> ElasticRestart | None:
+    """The restart this process is part of, from torchelastic's variables; None on a first attempt."""
+    environ = os.environ if environ is None else environ
+    count = int(environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+    if count <= 0 or "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    return ElasticRestart(count, environ["TORCHELASTIC_RUN_ID"], process_start_time(os.getppid()))
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started, as a ``time.time()``, from Linux's /proc (None elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name in parentheses
+    return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
 
 
 # ---- self-launch -------------------------------------------------------------------------

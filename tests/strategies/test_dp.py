@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.strategies.ddp import StepWrapper
 from trainer.strategies.dp import DataParallelStrategy, mean_of_replicas
+from trainer.strategies.step_wrapper import StepWrapper
 
 
 class Steps(nn.Module):
@@ -96,6 +96,15 @@ def test_state_dict_has_no_wrapper_prefix() -> None:
     assert list(strategy.module_state_dict()) == ["lin.weight", "lin.bias"]
     assert strategy.model is not None
     assert list(strategy.model.state_dict()) == ["module.module.lin.weight", "module.module.lin.bias"]
+
+
+def test_manual_optimization_is_refused_before_fit_sets_anything_up() -> None:
+    module = Steps()
+    strategy = cpu_strategy(module)
+    strategy.check_fit(module)  # automatic optimization (no attribute: the default) is fine
+    module.automatic_optimization = False  # type: ignore[assignment]
+    with pytest.raises(ValueError, match=r"cannot run under strategy='dp': each replica would step"):
+        strategy.check_fit(module)
 
 
 def test_collectives_are_one_process_no_ops() -> None:

@@ -32,6 +32,7 @@ _HOST = re.sub(r"[^\w.-]", "_", socket.gethostname())
 _PREFIXES = ("module.", "_orig_mod.")
 _STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "net")
 _SHOW = 10
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint writes it once every shard is in
 
 
 class CheckpointError(RuntimeError):
@@ -216,14 +217,26 @@ def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> 
     )
 
 
-def find_last_checkpoint(dirpath: PathLike) -> Path | None:
-    """Newest complete ``*.ckpt`` by mtime; ``last.ckpt`` wins only a tie, never an older mtime."""
+def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path | None:
+    """Newest complete ``*.ckpt`` by mtime; ``last.ckpt`` wins only a tie, never an older mtime.
+
+    A checkpoint is a file (``torch.save``) or a directory (``torch.distributed.checkpoint``, complete
+    once its ``.metadata`` is written). ``since`` (a ``time.time()``) skips anything written before it:
+    an elastic restart only wants its own run's checkpoints, not an older run's in the same folder.
+    """
     folder = Path(dirpath)
     if not folder.is_dir():
         return None
     clean_stale_temporaries(folder)
     ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
-    return next((p for p in ranked if _looks_complete(p)), None)
+    fresh = (p for p in ranked if since is None or _rank(p)[0] >= since * 1e9)
+    return next((p for p in fresh if _looks_complete(p)), None)
+
+
+def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:
+    """The newest complete checkpoint in any of ``folders`` (``find_last_checkpoint``'s rule across them)."""
+    found = [p for p in (find_last_checkpoint(folder, since) for folder in folders) if p is not None]
+    return max(found, key=_rank) if found else None
 
 
 def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list[Path]:
@@ -237,11 +250,19 @@ def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list
         try:
             stale = now - p.stat().st_mtime > max_age_s or not _writer_alive(match)
             if stale:
-                p.unlink()
+                _remove(p)
                 removed.append(p)
         except FileNotFoundError:  # its writer finished (renamed) or another cleaner won
             continue
     return removed
+
+
+def _remove(p: Path) -> None:
+    """A temporary file (``torch.save``) or directory (``torch.distributed.checkpoint``)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
 
 
 def _writer_alive(match: re.Match[str]) -> bool:
@@ -259,15 +280,22 @@ def _writer_alive(match: re.Match[str]) -> bool:
 
 
 def _checkpoint_files(folder: Path) -> Iterator[Path]:
-    return (p for p in folder.glob("*.ckpt") if not p.name.startswith(".") and p.is_file())
+    """``*.ckpt`` files and directories (sharded checkpoints); temporaries start with a dot."""
+    return (p for p in folder.glob("*.ckpt") if not p.name.startswith(".") and (p.is_file() or p.is_dir()))
 
 
 def _rank(p: Path) -> tuple[int, bool, str]:
-    return (p.stat().st_mtime_ns, p.name == "last.ckpt", p.name)
+    """A directory's time is its ``.metadata``'s, written last; its own changes with any entry."""
+    metadata = p / DCP_METADATA
+    stamp = metadata if p.is_dir() and metadata.is_file() else p
+    return (stamp.stat().st_mtime_ns, p.name == "last.ckpt", p.name)
 
 
 def _looks_complete(p: Path) -> bool:
-    """Cheap check against files copied in non-atomically: empty, or a zip cut before its end."""
+    """Cheap check against copies that did not finish: an empty file, a zip cut before its end, or a
+    directory without the ``.metadata`` that torch.distributed.checkpoint writes when all shards are in."""
+    if p.is_dir():
+        return (p / DCP_METADATA).is_file()
     with open(p, "rb") as f:
         head = f.read(4)
     return bool(head) and (head != b"PK\x03\x04" or zipfile.is_zipfile(p))

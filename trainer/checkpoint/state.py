@@ -209,25 +209,26 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
         if not path.is_file():
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist or is not a file.")
         return path
-    from trainer.checkpoint.io import find_last_checkpoint
+    from trainer.checkpoint.io import newest_checkpoint
 
-    callback = trainer.checkpoint_callback
-    folders = [Path(callback.dirpath)] if callback is not None and callback.dirpath else []
-    folders += [p for p in trainer.default_root_dir.glob("**/checkpoints") if p.is_dir()]
-    found = [f for f in (find_last_checkpoint(d) for d in folders) if f is not None]
+    folders = checkpoint_folders(trainer)
+    found = newest_checkpoint(folders)
     torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt"))
-    if not found and torn:
+    if found is None and torn:
         raise CheckpointError(
             f"ckpt_path='last' found checkpoints, but none is complete: {', '.join(torn[:5])}. They were cut off "
             "(a copy that did not finish?); resume from another one by path, or move them away to start fresh."
         )
-    if not found:
-        if trainer.is_global_zero:
-            print(
-                f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh."
-            )
-        return None
-    return max(found, key=lambda p: p.stat().st_mtime_ns)
+    if found is None and trainer.is_global_zero:
+        print(f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh.")
+    return found
+
+
+def checkpoint_folders(trainer: TrainerView) -> list[Path]:
+    """Where a run's checkpoints are: every ModelCheckpoint's dirpath, and ``default_root_dir``'s checkpoint folders."""
+    folders = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if cb.dirpath]
+    folders += [p for p in trainer.default_root_dir.glob("**/checkpoints") if p.is_dir() and p not in folders]
+    return folders
 
 
 __all__ = [

@@ -73,6 +73,7 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
         "configure_optimizers" not in vars(module)
     ):
         raise AttributeError(f"{type(module).__name__} must define configure_optimizers().")
+    trainer.strategy.check_fit(module)  # what the strategy cannot train (DP: manual optimization)
     if module.automatic_optimization:
         return
     if trainer.accumulate_grad_batches != 1:
@@ -85,11 +86,6 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
             "gradient_clip_val has no effect with manual optimization (automatic_optimization=False): call "
             "self.clip_gradients(optimizer, gradient_clip_val=..., gradient_clip_algorithm=...) before "
             "optimizer.step() in training_step."
-        )
-    if trainer.strategy.name == "dp":
-        raise ValueError(
-            "manual optimization (automatic_optimization=False) cannot run under strategy='dp': each replica would "
-            "step the optimizer. Use strategy='ddp'."
         )
 
 

@@ -107,7 +107,8 @@ class FitLoop:
         self.resume_rng = None
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
-        from trainer.checkpoint.state import read_checkpoint, resolve_checkpoint_path, restore_module_and_callbacks
+        from trainer.checkpoint.elastic import fit_checkpoint_path
+        from trainer.checkpoint.state import read_checkpoint, restore_module_and_callbacks
         from trainer.optim import parse_optimizers
 
         trainer = self.trainer
@@ -120,7 +121,7 @@ class FitLoop:
         train_loader, val_loaders = self._request()
         self.raw_train = train_loader
         check_output_folders(trainer)
-        path = resolve_checkpoint_path(trainer, ckpt_path) if ckpt_path is not None else None
+        path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
         checkpoint = read_checkpoint(trainer, path) if path is not None else None
         if checkpoint is not None:
             restore_module_and_callbacks(trainer, checkpoint, fitting=True)

@@ -96,6 +96,12 @@ class Strategy(ABC):
     def setup_environment(self) -> None:
         """Start processes / process groups. Called once before any module is touched."""
 
+    def check_fit(self, module: nn.Module) -> None:
+        """Refuse, before fit sets anything up, a module this strategy cannot train.
+
+        The loops never ask which strategy runs them; a strategy with a limit says so here.
+        """
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move the module to its device and wrap it; returns what forward runs through."""
         self.module = module.to(self.root_device)

@@ -155,7 +155,7 @@ class DDPStrategy(Strategy):
     def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
         base = _job_store(cluster, self.rendezvous_timeout)
         base.set_timeout(self.rendezvous_timeout)  # a missing rank fails the join fast, with a clear message
-        store = self._store = dist.PrefixStore(f"steadytrain/init{_next_init()}", base)
+        store = self._store = dist.PrefixStore(f"{_attempt_prefix()}/init{_next_init()}", base)
         device_id = self.root_device if self.accelerator == "cuda" else None
         hook = sys.excepthook  # torch wraps it on every init ("[rankN]:" prefix); launch already labels ranks
         dist.init_process_group(
@@ -497,6 +497,13 @@ def _next_init() -> int:
     global _init_count
     _init_count += 1
     return _init_count
+
+
+def _attempt_prefix() -> str:
+    """This attempt's part of the job's store. torchrun's agent keeps its store across ``--max-restarts``
+    restarts, so without the attempt a restarted rank would read the dead ranks' gloo addresses (as
+    torch itself does for its own keys: ``/worker/attempt_<n>``)."""
+    return f"steadytrain/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def _job_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:

@@ -61,6 +61,13 @@ class DataParallelStrategy(SingleDeviceStrategy):
     def root_device(self) -> torch.device:
         return torch.device("cuda", self.device_indices[0])
 
+    def check_fit(self, module: nn.Module) -> None:
+        if not getattr(module, "automatic_optimization", True):
+            raise ValueError(
+                "manual optimization (automatic_optimization=False) cannot run under strategy='dp': each replica "
+                "would step the optimizer. Use strategy='ddp'."
+            )
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.module = module.to(self.root_device)
         self.model = nn.DataParallel(
