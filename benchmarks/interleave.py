@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 
@@ -20,3 +21,10 @@ def interleaved(
             our_times.append(ours())
             base_times.append(baseline())
     return base_times, our_times
+
+
+def round_ratios(base: list[float], ours: list[float]) -> tuple[float, float, float]:
+    """Median, min and max of ours/base per round: a burst of other load spoils a round or two on a
+    shared machine, and the median of per-round ratios ignores those where a ratio of medians may not."""
+    ratios = [o / b for o, b in zip(ours, base, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
