@@ -90,6 +90,7 @@ def ours(width: int, steps: int) -> float:
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=[clock],
     )

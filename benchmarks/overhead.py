@@ -67,6 +67,7 @@ def trainer_loop(steps: int) -> float:
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,  # a one-time print, off like the bar and the logger
         num_sanity_val_steps=0,
     )
     data = loader(steps)

@@ -74,6 +74,7 @@ def recipe(batches: int, batch_size: int) -> float:
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,
         callbacks=[clock],
     )
     fit.fit(UNetSegmentation(base=8), train_loader(batch_size))
