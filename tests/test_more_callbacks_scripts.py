@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
 import pytest
 
+from tests.lightning_port import port
+
 SCRIPTS = Path(__file__).resolve().parent / "lightning_scripts"
-RENAMED = {"LightningModule": "Module as LightningModule", "LightningDataModule": "DataModule as LightningDataModule"}
-
-
-def port(line: str) -> str:
-    """A Lightning import line in steadytrain's names; any other line unchanged."""
-    if match := re.fullmatch(r"from lightning\.pytorch\.callbacks import (.+)", line):
-        return f"from trainer.callbacks import {match[1]}"
-    if match := re.fullmatch(r"from lightning\.pytorch import (.+)", line):
-        names = [RENAMED.get(name.strip(), name.strip()) for name in match[1].split(",")]
-        return f"from trainer import {', '.join(names)}"
-    return line
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in SCRIPTS.glob("*.py")))

@@ -1,0 +1,34 @@
+"""One Lightning import line in steadytrain's names: the only edit a ported Lightning script gets.
+
+Used by the tests that run Lightning users' scripts (tests/lightning_scripts, tests/lightning_style,
+tests/cli_fixtures/lightning_script.py), so each port is the same mechanical rewrite.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Lightning's names that steadytrain spells differently; the port imports ours under Lightning's name.
+RENAMED = {
+    "LightningModule": "Module as LightningModule",
+    "LightningDataModule": "DataModule as LightningDataModule",
+    "LightningCLI": "CLI as LightningCLI",
+    "LightningArgumentParser": "ArgumentParser as LightningArgumentParser",
+}
+# Lightning's module -> steadytrain's (a submodule such as callbacks.finetuning maps to its package).
+PACKAGES = {
+    r"lightning\.pytorch": "trainer",
+    r"lightning\.pytorch\.callbacks(?:\.\w+)?": "trainer.callbacks",
+    r"lightning\.pytorch\.loggers(?:\.\w+)?": "trainer.loggers",
+    r"lightning\.pytorch\.profilers(?:\.\w+)?": "trainer.profilers",
+    r"lightning\.pytorch\.cli": "trainer.cli",
+}
+
+
+def port(line: str) -> str:
+    """``from lightning.pytorch[.x] import A, B`` in steadytrain's names; any other line unchanged."""
+    for pattern, ours in PACKAGES.items():
+        if match := re.fullmatch(rf"from {pattern} import (.+)", line):
+            names = [RENAMED.get(name.strip(), name.strip()) for name in match[1].split(",")]
+            return f"from {ours} import {', '.join(names)}"
+    return line
