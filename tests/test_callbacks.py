@@ -203,7 +203,7 @@ def test_top_k_keeps_the_best_two_and_deletes_the_rest(tmp_path: Path, mode: str
     kept = {f"epoch={e}-step={steps[e]}.ckpt" for e in (best, second)}
     assert ckpt_names(folder) == kept | {"last.ckpt"}
     assert cb.best_model_path == str(folder / f"epoch={best}-step={steps[best]}.ckpt")
-    assert cb.best_model_score == pytest.approx(scores[best])
+    assert float(cb.best_model_score) == pytest.approx(scores[best])
     assert set(cb.best_k_models) == {str(folder / name) for name in kept}
     for name in kept:  # each kept file records a top-k that never names a deleted file
         state = torch.load(folder / name, weights_only=True)["callbacks"]["ModelCheckpoint[score]"]

@@ -130,3 +130,78 @@ def test_min_epochs_keeps_training_past_a_stop_request(tmp_path: Path) -> None:
     fit = quiet(tmp_path, max_epochs=5, min_epochs=3, callbacks=[es])
     fit.fit(Regressor(), loader(regression_data(16)), loader(regression_data(16)))
     assert fit.current_epoch == 3
+
+
+class _NoIndex(Regressor):
+    """Steps written as Lightning's templates allow: no ``batch_idx``."""
+
+    def training_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch: Any) -> None:  # type: ignore[override]
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def predict_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        return self.net(batch[0])
+
+
+def test_steps_without_batch_idx_run_and_the_module_is_unchanged_after(tmp_path: Path) -> None:
+    module = _NoIndex()
+    fit = quiet(tmp_path, max_epochs=1)
+    fit.fit(module, loader(regression_data()), loader(regression_data()))
+    assert fit.global_step == 12 and "val_loss" in fit.callback_metrics
+    assert len(fit.predict(module, loader(regression_data()))) == 12  # type: ignore[arg-type]
+    assert "training_step" not in module.__dict__  # the shadow lives for the stage only
+
+
+def test_evaluating_after_fit_without_a_model_uses_the_best_checkpoint_as_lightning(tmp_path: Path) -> None:
+    module = Regressor()
+    fit = quiet(
+        tmp_path, max_epochs=3, enable_checkpointing=True, callbacks=[trainer.ModelCheckpoint(monitor="val_loss")]
+    )
+    fit.fit(module, loader(regression_data()), loader(regression_data()))
+    with torch.no_grad():
+        for p in module.parameters():
+            p.zero_()
+    zeros = fit.validate(module, loader(regression_data()), verbose=False)[0]["val_loss"]  # a model: as it is
+    with pytest.warns(UserWarning, match=r"validate\(ckpt_path=None\) was called without a model: the best model"):
+        best = fit.validate(dataloaders=loader(regression_data()), verbose=False)[0]["val_loss"]
+    assert best == pytest.approx(fit.checkpoint_callback.best_model_score.item()) and best < zeros
+
+
+def test_without_a_best_checkpoint_the_weights_as_they_are_are_evaluated(tmp_path: Path) -> None:
+    module = Regressor()
+    fit = quiet(tmp_path, max_epochs=1)  # no ModelCheckpoint: Lightning raises, we evaluate what fit left
+    fit.fit(module, loader(regression_data()))
+    assert fit.validate(dataloaders=loader(regression_data()), verbose=False)[0]["val_loss"] >= 0
+
+
+@pytest.mark.parametrize(("per_node", "calls_on_second_node"), [(True, 1), (False, 0)])
+def test_prepare_data_per_node_false_runs_on_global_rank_zero_only(per_node: bool, calls_on_second_node: int) -> None:
+    """The second machine's local rank zero (global rank 2 of 4): it prepares its own copy unless
+    ``prepare_data_per_node = False`` says the file system is shared."""
+    from types import SimpleNamespace
+
+    from trainer.loops.lifecycle import _prepare_data
+
+    calls: list[str] = []
+
+    class Data(trainer.DataModule):
+        prepare_data_per_node = per_node
+
+        def prepare_data(self) -> None:
+            calls.append("datamodule")
+
+    class Model(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prepare_data_per_node = per_node
+
+        def prepare_data(self) -> None:
+            calls.append("module")
+
+    second_node = SimpleNamespace(local_rank=0, is_global_zero=False, barrier=lambda: calls.append("barrier"))
+    _prepare_data(SimpleNamespace(strategy=second_node), Model(), Data())  # type: ignore[arg-type]
+    assert calls == ["datamodule", "module"] * calls_on_second_node + ["barrier"]

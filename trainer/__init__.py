@@ -28,11 +28,17 @@ from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 from trainer.version import __version__
 
+# Lightning's names, so `import trainer as L` ports `L.LightningModule` / `L.LightningDataModule`.
+LightningModule = Module
+LightningDataModule = DataModule
+
 __all__ = [
     "Callback",
     "DataModule",
     "EarlyStopping",
     "LearningRateMonitor",
+    "LightningDataModule",
+    "LightningModule",
     "ModelCheckpoint",
     "ModelSummary",
     "Module",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+import types
+from collections.abc import Sequence
 from typing import Any
+
+import trainer.hparams as hparams_lib
+from trainer.hparams import AttributeDict, HParams
 
 
 class DataModule:
@@ -12,6 +18,35 @@ class DataModule:
     "validate", "test" or "predict". The batch-transfer hooks, where overridden, win over the
     module's.
     """
+
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: Sequence[str] | str | None = None,
+        frame: types.FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
+        """As ``Module.save_hyperparameters``: ``self.hparams`` holds the ``__init__`` arguments (or those
+        named); the loggers get them at fit start, beside the module's."""
+        start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
+        hparams_lib.save_hyperparameters(self, self._hparams_state(), args, ignore, start, logger)
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What ``save_hyperparameters`` saved (``self.hparams.batch_size``); empty before."""
+        return self._hparams_state().values
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        return hparams_lib.frozen(self._hparams_state().initial)
+
+    def _hparams_state(self) -> HParams:
+        state: HParams | None = self.__dict__.get("_hparams")
+        if state is None:
+            state = self.__dict__["_hparams"] = HParams()
+        return state
+
+    prepare_data_per_node: bool = True  # False: prepare_data on global rank zero only (a shared file system)
 
     def prepare_data(self) -> None:
         """Download or generate data once per machine: local rank zero runs it while the others wait."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import types
+import warnings
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,25 @@ class HParams:
         if not self.explicit:
             self.values = AttributeDict({**init_args, **self.values})
             self.initial = frozen(self.values)
+
+
+def save_hyperparameters(
+    obj: Any, state: HParams, args: tuple[Any, ...], ignore: Sequence[str] | str | None, frame: Any, logger: bool
+) -> None:
+    """The body of ``Module.save_hyperparameters`` and ``DataModule.save_hyperparameters`` (Lightning's
+    semantics; ``frame`` is the caller's, where the ``__init__`` arguments are read from)."""
+    if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+        state.explicit = True  # an empty dict or Namespace saves nothing, as Lightning
+        return
+    ignored = ignored_names(ignore)
+    values, name, namespace = select(obj, collect_init_args(obj, frame), args, ignored)
+    state.save(values, ignored, name, namespace, logger)
+    if modules := module_values(state.values):
+        warnings.warn(
+            f"hyper-parameters {modules} of {type(obj).__name__} are nn.Modules: their weights are in the "
+            f"checkpoint already. Leave them out with save_hyperparameters(ignore={modules}).",
+            stacklevel=3,
+        )
 
 
 # ---- reading ``__init__`` arguments -------------------------------------------------------------------

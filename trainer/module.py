@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -86,6 +85,8 @@ class Module(nn.Module):
         """Build (large) layers here: called once per stage, before the strategy places the module."""
 
     # ---- set-up and teardown -------------------------------------------------------------------
+    prepare_data_per_node: bool = True  # False: prepare_data on global rank zero only (a shared file system)
+
     def prepare_data(self) -> None:
         """Download or write data once per machine (local rank 0; the other ranks wait)."""
 
@@ -278,21 +279,8 @@ class Module(nn.Module):
         (modules, tensors) are left out of checkpoints with a warning: pass them to
         ``load_from_checkpoint`` again, or ``ignore`` them.
         """
-        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
-            self._hparams_state().explicit = True  # an empty dict or Namespace saves nothing, as Lightning
-            return
         start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
-        ignored = hparams_lib.ignored_names(ignore)
-        init_args = hparams_lib.collect_init_args(self, start)
-        values, name, namespace = hparams_lib.select(self, init_args, args, ignored)
-        state = self._hparams_state()
-        state.save(values, ignored, name, namespace, logger)
-        if modules := hparams_lib.module_values(state.values):
-            warnings.warn(
-                f"hyper-parameters {modules} of {type(self).__name__} are nn.Modules: their weights are in the "
-                f"checkpoint already. Leave them out with save_hyperparameters(ignore={modules}).",
-                stacklevel=2,
-            )
+        hparams_lib.save_hyperparameters(self, self._hparams_state(), args, ignore, start, logger)
 
     @property
     def hparams(self) -> AttributeDict:

@@ -16,6 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
+
 from trainer.callbacks.base import Callback
 
 if TYPE_CHECKING:
@@ -95,8 +97,10 @@ class ModelCheckpoint(Callback):
         return f"ModelCheckpoint[{self.monitor}]"
 
     @property
-    def best_model_score(self) -> float | None:
-        return self.best_k_models.get(self.best_model_path)
+    def best_model_score(self) -> torch.Tensor | None:
+        """The best monitored value, a 0-d tensor as in Lightning (``.item()`` and ``float()`` both work)."""
+        score = self.best_k_models.get(self.best_model_path)
+        return None if score is None else torch.tensor(score)
 
     @property
     def kth_best_model_path(self) -> str:
@@ -271,7 +275,7 @@ class ModelCheckpoint(Callback):
             "dirpath": str(self.dirpath) if self.dirpath else None,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,
+            "best_model_score": self.best_k_models.get(self.best_model_path),
             "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "monitor": self.monitor,

@@ -146,8 +146,7 @@ class FitLoop:
             train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
-            logged = module.hparams_initial if module._hparams_state().log else {}  # save_hyperparameters(logger=)
-            params = {**logged, **({"config": trainer.config} if trainer.config else {})}
+            params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
                 lg.log_hyperparams(params)
 
@@ -634,6 +633,23 @@ class _BatchCalls:
         self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
         self.log_every = trainer.log_every_n_steps
         self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
+
+
+def _logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
+    """The module's and the DataModule's saved hyper-parameters (``logger=False`` keeps either out); a
+    name both hold with different values is an error, as in Lightning."""
+    logged = dict(module.hparams_initial) if module._hparams_state().log else {}
+    state = getattr(datamodule, "_hparams_state", None)
+    if state is None or not state().log:
+        return logged
+    extra = dict(datamodule.hparams_initial)
+    clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
+    if clash:
+        raise ValueError(
+            f"the hyper-parameters {clash} are saved by both {type(module).__name__} and {type(datamodule).__name__} "
+            "with different values; rename one, or save_hyperparameters(ignore=...) it in one of them."
+        )
+    return {**logged, **extra}
 
 
 def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
 from trainer.loops.checks import check_uncalled_hooks
+from trainer.loops.steps import batch_idx_optional
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -41,8 +42,10 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
             datamodule.setup(fn)
         hooks.call(trainer, "setup", fn)
         if trainer.profiler is not None:
-            trainer.profiler.setup(fn, strategy.local_rank, trainer.log_dir)
-        yield
+            rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
+            trainer.profiler.setup(fn, rank, trainer.log_dir)
+        with batch_idx_optional(module):
+            yield
         status = "success"
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
@@ -92,9 +95,13 @@ def _add_module_callbacks(trainer: TrainerView, module: Module) -> None:
 
 
 def _prepare_data(trainer: TrainerView, module: Module, datamodule: Any) -> None:
-    """Downloads and preprocessing run once per machine, before any rank reads the data."""
-    if trainer.strategy.local_rank == 0:
-        if datamodule is not None and callable(getattr(datamodule, "prepare_data", None)):
-            datamodule.prepare_data()
-        module.prepare_data()
-    trainer.strategy.barrier()
+    """Downloads and preprocessing run once per machine (or once per job with ``prepare_data_per_node =
+    False``, for a shared file system), before any rank reads the data; the DataModule's first."""
+    strategy = trainer.strategy
+    for owner in (datamodule, module):
+        if owner is None or not callable(getattr(owner, "prepare_data", None)):
+            continue
+        zero = strategy.local_rank == 0 if getattr(owner, "prepare_data_per_node", True) else strategy.is_global_zero
+        if zero:
+            owner.prepare_data()
+    strategy.barrier()

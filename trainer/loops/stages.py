@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,8 @@ def _run(
         raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
     if is_datamodule(dataloaders):
         datamodule, dataloaders = dataloaders, None
+    if model is None and ckpt_path is None:
+        ckpt_path = _best_of_previous_fit(trainer, fn)
     with running(trainer, module, fn, datamodule):
         module.configure_model()
         strategy = trainer.strategy
@@ -84,6 +87,24 @@ def _run(
         strategy.setup_module(module)
         loop.setup(loaders, trainer.limits[stage])
         return loop.run(keep_predictions=keep)
+
+
+def _best_of_previous_fit(trainer: TrainerView, fn: str) -> str | None:
+    """Lightning's rule for a stage called with neither a model nor ``ckpt_path``: the best checkpoint of
+    the previous fit, with its warning. Where fit saved none (no ModelCheckpoint, fast_dev_run), the
+    weights as they are (Lightning raises there)."""
+    callback = trainer.checkpoint_callback
+    best = getattr(callback, "best_model_path", "") if callback is not None else ""
+    if not best:
+        return None
+    if trainer.is_global_zero:
+        warnings.warn(
+            f"Trainer.{fn}(ckpt_path=None) was called without a model: the best model of the previous fit is used "
+            f"({best}), as in Lightning. Pass ckpt_path='best' or 'last' or a path, or pass the model to use its "
+            "weights as they are; passing either silences this warning.",
+            stacklevel=5,  # the user's call of validate/test/predict
+        )
+    return "best"
 
 
 def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:

@@ -17,7 +17,7 @@ class Profiler:
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self._stage: str | None = None
-        self._local_rank = 0
+        self._rank: int | None = None  # in file names when there are several processes
 
     def start(self, action_name: str) -> None:
         raise NotImplementedError
@@ -62,8 +62,10 @@ class Profiler:
                 self.stop(action_name)
             yield item
 
-    def setup(self, stage: str, local_rank: int = 0, log_dir: str | Path | None = None) -> None:
-        self._stage, self._local_rank = stage, local_rank
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | Path | None = None) -> None:
+        """``local_rank``: None on one process; else the rank that goes into file names (Lightning's
+        ``fit-<filename>-<rank>.txt``), so ranks never overwrite each other's reports."""
+        self._stage, self._rank = stage, local_rank
         if self.dirpath is None and log_dir is not None:
             self.dirpath = Path(log_dir)
 
@@ -73,7 +75,8 @@ class Profiler:
         if self.dirpath is not None and report:
             self.dirpath.mkdir(parents=True, exist_ok=True)
             name = self.filename or "profiler"
-            (self.dirpath / f"{self._stage or stage}-{name}.txt").write_text(report)
+            rank = "" if self._rank is None else f"-{self._rank}"
+            (self.dirpath / f"{self._stage or stage}-{name}{rank}.txt").write_text(report)
 
     def describe(self) -> str:
         return self.summary()

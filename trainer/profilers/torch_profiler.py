@@ -32,7 +32,7 @@ class PyTorchProfiler(Profiler):
         self._profiler: torch.profiler.profile | None = None
         self._ranges: dict[str, Any] = {}
 
-    def setup(self, stage: str, local_rank: int = 0, log_dir: str | Path | None = None) -> None:
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | Path | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
         self._profiler = torch.profiler.profile(**self._kwargs)
         self._profiler.__enter__()
@@ -55,7 +55,8 @@ class PyTorchProfiler(Profiler):
             self._table = profiler.key_averages().table(sort_by=self.sort_by_key, row_limit=self.row_limit)
             if self.dirpath is not None:
                 self.dirpath.mkdir(parents=True, exist_ok=True)
-                profiler.export_chrome_trace(str(self.dirpath / f"{self._stage or stage}-trace.json"))
+                rank = "" if self._rank is None else f"-{self._rank}"
+                profiler.export_chrome_trace(str(self.dirpath / f"{self._stage or stage}-trace{rank}.json"))
         super().teardown(stage)
 
     def summary(self) -> str:
