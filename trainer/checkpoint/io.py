@@ -236,7 +236,9 @@ def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list
             continue
         try:
             stale = now - p.stat().st_mtime > max_age_s or not _writer_alive(match)
-            if stale:
+            if stale and p.is_dir():  # a sharded checkpoint's directory
+                shutil.rmtree(p)
+            elif stale:
                 p.unlink()
                 removed.append(p)
         except FileNotFoundError:  # its writer finished (renamed) or another cleaner won
