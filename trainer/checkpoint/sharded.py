@@ -16,6 +16,7 @@ import os
 import pickle
 import shutil
 import threading
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +113,7 @@ def remove_checkpoint(path: str | os.PathLike[str]) -> None:
 
 def link_any_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
     """``target`` becomes the same checkpoint as ``source``, a file (``io.link_checkpoint``) or a directory."""
+    wait_pending()  # an asynchronous save of ``source`` must be in place first
     if Path(source).is_dir():
         link_checkpoint_dir(Path(source), Path(target))
     else:
@@ -222,7 +224,9 @@ def load_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path}: the DCP files lack {len(missing)} tensor(s) meta.pt names: {missing[:5]}")
     tensors = {k: _empty(stored[k]) for k in keys}  # type: ignore[arg-type]
-    dcp.load(tensors, storage_reader=reader, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message=".*load in a single process.*")
+        dcp.load(tensors, storage_reader=reader, no_dist=True)
     return _join(meta, tensors)  # type: ignore[no-any-return]
 
 
