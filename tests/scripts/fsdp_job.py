@@ -2,6 +2,7 @@
 
     python fsdp_job.py OUT TAG [--strategy fsdp|ddp|single] [--devices N] [--manual] [--dropout P]
                        [--save-at STEP] [--resume CKPT] [--full-state] [--async-save] [--top-k K]
+                       [--hybrid] [--ac] [--offload] [--precision P] [--stage fit|validate|predict]
 
 Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step.
 """
@@ -114,6 +115,10 @@ def main() -> None:
     parser.add_argument("--full-state", action="store_true")
     parser.add_argument("--async-save", action="store_true")
     parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--hybrid", action="store_true")
+    parser.add_argument("--ac", action="store_true", help="activation checkpointing of the Linear blocks")
+    parser.add_argument("--offload", action="store_true")
+    parser.add_argument("--precision", default="32-true")
     parser.add_argument("--stage", default="fit", choices=["fit", "validate", "predict"])
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -123,6 +128,9 @@ def main() -> None:
             min_params_to_shard=100,
             state_dict_type="full" if args.full_state else "sharded",
             async_save=args.async_save,
+            sharding="hybrid" if args.hybrid else "full",
+            activation_checkpointing={torch.nn.Linear} if args.ac else (),
+            cpu_offload=args.offload,
         )
     module = (ManualNet if args.manual else Net)(args.dropout)
     callbacks: list[trainer.Callback] = []
@@ -136,6 +144,7 @@ def main() -> None:
         )
     fit = trainer.Trainer(
         accelerator="cpu",
+        precision=args.precision,
         strategy=strategy,
         devices=args.devices,
         max_epochs=2,

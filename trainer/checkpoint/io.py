@@ -236,10 +236,8 @@ def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list
             continue
         try:
             stale = now - p.stat().st_mtime > max_age_s or not _writer_alive(match)
-            if stale and p.is_dir():  # a sharded checkpoint's directory
-                shutil.rmtree(p)
-            elif stale:
-                p.unlink()
+            if stale:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()  # a directory: a sharded checkpoint's
                 removed.append(p)
         except FileNotFoundError:  # its writer finished (renamed) or another cleaner won
             continue

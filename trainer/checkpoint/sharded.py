@@ -78,7 +78,14 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
         future = dcp.async_save(tensors, checkpoint_id=tmp, process_group=_async_group())
         _start_pending(future, tmp, path, ranks.is_global_zero)
         return
-    dcp.save(tensors, checkpoint_id=tmp)
+    try:
+        with warnings.catch_warnings():  # one process without a group: "assuming ... a single process"
+            warnings.filterwarnings("ignore", message=".*in a single process.*")
+            dcp.save(tensors, checkpoint_id=tmp)
+    except BaseException:
+        if ranks.is_global_zero:
+            _remove(tmp)
+        raise
     if ranks.is_global_zero:
         publish(tmp, path)
     ranks.barrier()
@@ -225,7 +232,7 @@ def load_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{path}: the DCP files lack {len(missing)} tensor(s) meta.pt names: {missing[:5]}")
     tensors = {k: _empty(stored[k]) for k in keys}  # type: ignore[arg-type]
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-        warnings.filterwarnings("ignore", message=".*load in a single process.*")
+        warnings.filterwarnings("ignore", message=".*in a single process.*")
         dcp.load(tensors, storage_reader=reader, no_dist=True)
     return _join(meta, tensors)  # type: ignore[no-any-return]
 
