@@ -98,7 +98,8 @@ class SaveAt(trainer.Callback):
 def full_weights(fit: trainer.Trainer, module: Net) -> dict[str, torch.Tensor]:
     if isinstance(fit.strategy, FSDPStrategy):
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-        return {k: v.clone() for k, v in get_model_state_dict(module, options=options).items()}
+        state = get_model_state_dict(module, options=options)
+        return {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 

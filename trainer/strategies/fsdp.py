@@ -41,7 +41,7 @@ from trainer.precision import Precision
 from trainer.strategies.parallel import ParallelStrategy
 
 _STEPS = ("training_step", "validation_step", "test_step", "predict_step")
-_MIXED = {torch.float16, torch.bfloat16}
+_MIXED = ("16-mixed", "bf16-mixed")
 
 
 class FSDPStrategy(ParallelStrategy):
@@ -93,27 +93,31 @@ class FSDPStrategy(ParallelStrategy):
 
     def connect_precision(self, precision: Precision) -> None:
         """Mixed precision becomes FSDP's policy: parameters gathered in the low dtype, fp32 master weights."""
-        dtype = getattr(precision, "dtype", None)
-        if self.mixed_precision is None and dtype in _MIXED:
+        if self.mixed_precision is None and getattr(precision, "name", None) in _MIXED:
+            dtype = torch.float16 if precision.name == "16-mixed" else torch.bfloat16  # type: ignore[attr-defined]
             self.mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
     # ---- the module ----------------------------------------------------------------------
     def setup_module(self, module: nn.Module) -> nn.Module:
-        """Shard each large submodule (unless ``configure_model`` sharded some itself), then the root."""
-        module = module.to(self.root_device)
+        """Shard each large submodule (unless ``configure_model`` sharded some itself), then the root.
+
+        A module sharded by an earlier stage (``validate`` after ``fit``) is used as it is.
+        """
         if not isinstance(module, FSDPModule):
+            module = module.to(self.root_device)
             self._broadcast(_plain_tensors(module))  # every rank starts from rank 0's weights
             _checkpoint_activations(module, self.activation_checkpointing)
-            mesh = self.device_mesh()
-            if not any(isinstance(m, FSDPModule) for m in module.modules()):
-                for sub in _shard_plan(module, self.min_params_to_shard):
-                    fully_shard(sub, mesh=mesh, **self._shard_kwargs())
-            fully_shard(module, mesh=mesh, **self._shard_kwargs())
-            for step in _STEPS:  # a step is the root's forward: FSDP gathers the root's parameters around it
-                if callable(getattr(module, step, None)):
-                    register_fsdp_forward_method(module, step)
+            self._shard(module)
+        _register_steps(module)
         self.module = self.model = module
         return module
+
+    def _shard(self, module: nn.Module) -> None:
+        mesh = self.device_mesh()
+        if not any(isinstance(m, FSDPModule) for m in module.modules()):
+            for sub in _shard_plan(module, self.min_params_to_shard):
+                fully_shard(sub, mesh=mesh, **self._shard_kwargs())
+        fully_shard(module, mesh=mesh, **self._shard_kwargs())
 
     def device_mesh(self) -> DeviceMesh:
         """1-D over all ranks, or (nodes, ranks per node) for hybrid sharding."""
@@ -208,6 +212,16 @@ def _offload_policy(cpu_offload: bool | CPUOffloadPolicy) -> OffloadPolicy | Non
         return cpu_offload
     # pinned memory needs an accelerator; without one, plain CPU memory
     return CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else None
+
+
+def _register_steps(module: nn.Module) -> None:
+    """A step is the root's forward: FSDP gathers the root's parameters around it (once per module)."""
+    if getattr(module, "_fsdp_steps_registered", False):
+        return
+    for step in _STEPS:
+        if callable(getattr(module, step, None)):
+            register_fsdp_forward_method(module, step)
+    module._fsdp_steps_registered = True
 
 
 def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
