@@ -11,6 +11,7 @@ gathered file with ``state_dict_type="full"``.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ from trainer.strategies.parallel import ParallelStrategy
 
 _STEPS = ("training_step", "validation_step", "test_step", "predict_step")
 _MIXED = ("16-mixed", "bf16-mixed")
+_registered: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # modules whose steps FSDP already wraps
 
 
 class FSDPStrategy(ParallelStrategy):
@@ -216,12 +218,12 @@ def _offload_policy(cpu_offload: bool | CPUOffloadPolicy) -> OffloadPolicy | Non
 
 def _register_steps(module: nn.Module) -> None:
     """A step is the root's forward: FSDP gathers the root's parameters around it (once per module)."""
-    if getattr(module, "_fsdp_steps_registered", False):
+    if module in _registered:
         return
     for step in _STEPS:
         if callable(getattr(module, step, None)):
             register_fsdp_forward_method(module, step)
-    module._fsdp_steps_registered = True
+    _registered.add(module)
 
 
 def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
