@@ -2,7 +2,7 @@
 
     python fsdp_job.py OUT TAG [--strategy fsdp|ddp|single] [--devices N] [--manual] [--dropout P]
                        [--save-at STEP] [--resume CKPT] [--full-state] [--async-save] [--top-k K]
-                       [--hybrid] [--ac] [--offload] [--precision P] [--stage fit|validate|predict]
+                       [--hybrid] [--ac] [--offload] [--precision P] [--configure-model] [--stage fit|validate|predict]
 
 Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
@@ -59,6 +60,16 @@ class Net(trainer.Module):
         opt = torch.optim.AdamW(self.parameters(), lr=0.02, weight_decay=0.1)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class ShardsItself(Net):
+    """Shards its own layers in ``configure_model``; the strategy then shards only the root."""
+
+    def configure_model(self) -> None:
+        if not isinstance(self.net[0], FSDPModule):
+            mesh = self.trainer.strategy.device_mesh()  # type: ignore[attr-defined]
+            fully_shard(self.net[0], mesh=mesh)
+            fully_shard(self.net[3], mesh=mesh)
 
 
 class ManualNet(Net):
@@ -120,6 +131,7 @@ def main() -> None:
     parser.add_argument("--ac", action="store_true", help="activation checkpointing of the Linear blocks")
     parser.add_argument("--offload", action="store_true")
     parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--configure-model", action="store_true")
     parser.add_argument("--stage", default="fit", choices=["fit", "validate", "predict"])
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -133,7 +145,7 @@ def main() -> None:
             activation_checkpointing={torch.nn.Linear} if args.ac else (),
             cpu_offload=args.offload,
         )
-    module = (ManualNet if args.manual else Net)(args.dropout)
+    module = (ManualNet if args.manual else ShardsItself if args.configure_model else Net)(args.dropout)
     callbacks: list[trainer.Callback] = []
     if args.save_at:
         callbacks.append(SaveAt(args.save_at, args.out / f"{args.tag}-step{args.save_at}.ckpt"))

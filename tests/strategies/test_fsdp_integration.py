@@ -191,6 +191,8 @@ def test_fsdp_matches_ddp_with_adamw_schedule_accumulation_and_clipping(tmp_path
     assert abs(fsdp[0]["metrics"]["val_loss"] - ddp[0]["metrics"]["val_loss"]) < 1e-5  # evaluation through FSDP
     options = job(tmp_path, "options", "--hybrid", "--ac", "--offload")  # same math, other layouts
     assert max_diff(options[0], fsdp[0]) < 1e-6
+    own = job(tmp_path, "own", "--configure-model")  # configure_model shards the layers itself
+    assert max_diff(own[0], fsdp[0]) < 1e-6
     bf16 = job(tmp_path, "bf16", "--precision", "bf16-mixed")
     assert all(v.dtype == torch.float32 for v in bf16[0]["params"].values())  # fp32 master weights
     assert max_diff(bf16[0], fsdp[0]) < 0.2
@@ -212,6 +214,8 @@ def test_sharded_checkpoint_resumes_bitwise_mid_epoch_and_across_strategies(tmp_
     assert (
         max_diff(resumed[0], full[0]) == 0 and resumed[0]["losses"] == full[0]["losses"][-len(resumed[0]["losses"]) :]
     )
+    into_own = job(tmp_path, "into-own", *drop, "--configure-model", "--resume", "full-step3.ckpt")
+    assert max_diff(into_own[0], full[0]) == 0  # full weights scattered into the module's own shards
     into_ddp = job(tmp_path, "into-ddp", *drop, "--strategy", "ddp", "--resume", "full-step3.ckpt")
     assert max_diff(into_ddp[0], full[0]) < 1e-5
     # 2 -> 1 -> 2 ranks: a different world size resumes (not bitwise: the data order changes)
@@ -235,6 +239,8 @@ def test_model_checkpoint_keeps_directories_and_full_state_option(tmp_path: Path
     kept = sorted(p.name for p in (tmp_path / "ckpts").iterdir())
     assert len(kept) == 2 and "last.ckpt" in kept  # the worse epoch's directory was removed
     assert all(is_complete_checkpoint_dir(tmp_path / "ckpts" / name) for name in kept)
+    again = job(tmp_path, "again", "--top-k", "1", "--resume", "last")  # finds ckpts/last.ckpt/
+    assert again[0]["global_step"] == 8
     full = job(tmp_path, "full", "--full-state", "--save-at", "3")
     assert (tmp_path / "full-step3.ckpt").is_file()  # one gathered file, written by rank 0
     resumed = job(tmp_path, "resumed", "--full-state", "--resume", "full-step3.ckpt")

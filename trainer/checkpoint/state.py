@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 
 from trainer.checkpoint.io import CheckpointError, load_checkpoint
-from trainer.checkpoint.sharded import is_checkpoint_path
+from trainer.checkpoint.sharded import is_checkpoint_path, is_complete_checkpoint_dir
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -203,6 +203,7 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
     folders = [Path(callback.dirpath)] if callback is not None and callback.dirpath else []
     folders += [p for p in trainer.default_root_dir.glob("**/checkpoints") if p.is_dir()]
     found = [f for f in (find_last_checkpoint(d) for d in folders) if f is not None]
+    found += [p for d in folders for p in d.glob("*.ckpt") if is_complete_checkpoint_dir(p)]  # sharded
     torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt"))
     if not found and torn:
         raise CheckpointError(
