@@ -20,12 +20,11 @@ from torch import nn
 from tests.helpers import clean_env
 from trainer.checkpoint import CheckpointError, clean_stale_temporaries
 from trainer.checkpoint.__main__ import main as checkpoint_cli
+from trainer.checkpoint.optimizer_names import index_keyed_optimizer_state, name_keyed_optimizer_state
 from trainer.checkpoint.sharded import (
-    index_keyed_optimizer_state,
     is_complete_checkpoint_dir,
     link_any_checkpoint,
     load_sharded,
-    name_keyed_optimizer_state,
     remove_checkpoint,
     save_sharded,
 )

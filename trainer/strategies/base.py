@@ -181,7 +181,7 @@ class Strategy(ABC):
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Also takes a state keyed by parameter name (an FSDP checkpoint's) for this strategy's module."""
-        from trainer.checkpoint.sharded import index_keyed_optimizer_state
+        from trainer.checkpoint.optimizer_names import index_keyed_optimizer_state
 
         assert self.module is not None
         optimizer.load_state_dict(index_keyed_optimizer_state(self.module, optimizer, state))

@@ -38,6 +38,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 from trainer.checkpoint import sharded
+from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
 from trainer.precision import Precision
 from trainer.strategies.parallel import ParallelStrategy
 
@@ -185,7 +186,7 @@ class FSDPStrategy(ParallelStrategy):
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Full states (from any strategy's checkpoint) are sharded into this rank's part."""
         assert self.module is not None
-        full = sharded.name_keyed_optimizer_state(self.module, optimizer, state)
+        full = name_keyed_optimizer_state(self.module, optimizer, state)
         options = StateDictOptions(full_state_dict=True)
         set_optimizer_state_dict(self.module, optimizer, full, options=options)
 
