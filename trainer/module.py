@@ -375,11 +375,16 @@ class Module(nn.Module):
     ) -> Module:
         """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
 
-        The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types.
+        The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A sharded
+        checkpoint directory (``strategy="fsdp"``) loads too, on one process.
         """
         from trainer.checkpoint import load_checkpoint, load_weights
+        from trainer.checkpoint.sharded import load_sharded
 
-        checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
+        if Path(path).is_dir():  # a sharded (FSDP) checkpoint: read whole, on this process
+            checkpoint = load_sharded(path)
+        else:
+            checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
         params = {**checkpoint.get("hyper_parameters", checkpoint.get("hparams", {})), **overrides}
         try:
             module = cls(**params)

@@ -99,6 +99,24 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path: Path, monkeypatc
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
+def test_a_sharded_directory_loads_with_load_from_checkpoint(tmp_path: Path) -> None:
+    import trainer
+
+    class Tiny(trainer.Module):
+        def __init__(self, width: int = 3) -> None:
+            super().__init__()
+            self.lin = nn.Linear(width, 1)
+
+    module = Tiny(width=5)
+    save_sharded(
+        {"state_dict": module.state_dict(), "hyper_parameters": {"width": 5}},
+        tmp_path / "t.ckpt",
+        SingleDeviceStrategy(),
+    )
+    loaded = Tiny.load_from_checkpoint(tmp_path / "t.ckpt")
+    assert torch.equal(loaded.lin.weight, module.lin.weight)
+
+
 def test_incomplete_or_missing_directories_say_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not found"):
         load_sharded(tmp_path / "nothere.ckpt")

@@ -12,9 +12,11 @@ classes (an allowlist) and ``meta.pt`` with ``weights_only=True``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import shutil
+import sys
 import threading
 import warnings
 from concurrent.futures import Future
@@ -95,14 +97,34 @@ def temporary_name(path: Path, tag: str = "") -> Path:
 
 
 def publish(tmp: Path, path: Path) -> None:
-    """Put the finished directory ``tmp`` at ``path``; an older checkpoint there goes only afterwards."""
-    old = temporary_name(path, ".old") if path.exists() or path.is_symlink() else None
-    if old is not None:
+    """Put the finished directory ``tmp`` at ``path``; an older checkpoint there goes only afterwards.
+
+    Over an existing checkpoint the two are swapped in one step (Linux ``renameat2(RENAME_EXCHANGE)``),
+    so ``path`` is never missing; elsewhere it is renamed away first, a moment without ``path``.
+    """
+    if not (path.exists() or path.is_symlink()):
+        os.replace(tmp, path)
+    elif _exchange(tmp, path):
+        _remove(tmp)  # now the old checkpoint
+    else:
+        old = temporary_name(path, ".old")
         _remove(old)
         os.replace(path, old)
-    os.replace(tmp, path)
-    if old is not None:
+        os.replace(tmp, path)
         _remove(old)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths; False where the platform cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return int(renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)) == 0
 
 
 def remove_checkpoint(path: str | os.PathLike[str]) -> None:
