@@ -38,6 +38,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 from trainer.checkpoint import sharded
+from trainer.checkpoint.io import extract_state_dict, strip_prefixes
 from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
 from trainer.precision import Precision
 from trainer.strategies.parallel import ParallelStrategy
@@ -194,8 +195,6 @@ class FSDPStrategy(ParallelStrategy):
         """Into a module ``configure_model`` already sharded, full weights are scattered to the shards."""
         if not any(isinstance(p, DTensor) for p in module.parameters()):
             return super().load_module_weights(module, checkpoint)
-        from trainer.checkpoint.io import extract_state_dict, strip_prefixes
-
         weights = strip_prefixes(extract_state_dict(checkpoint))
         set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True))
 
