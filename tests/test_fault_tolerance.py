@@ -218,6 +218,29 @@ def test_ddp_sigterm_saves_once_and_every_rank_exits_cleanly(
         assert_same(final_params(tmp_path, rank), ddp_reference[rank])
 
 
+FSDP = ("--strategy", "fsdp", "--devices", "2")
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> list[torch.Tensor]:
+    out = tmp_path_factory.mktemp("fsdp-reference")
+    finish(out, *FSDP)
+    return final_params(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("announcement", kill_points(2, 2, DDP_STEPS))
+def test_fsdp_sigkill_mid_sharded_save_or_step_then_resume_is_exact(
+    tmp_path: Path, fsdp_reference: list[torch.Tensor], ddp_reference: list[list[torch.Tensor]], announcement: str
+) -> None:
+    """Sharded ``last.ckpt/`` directories, rewritten every step: a kill leaves one that resumes exactly."""
+    sigkill_after(tmp_path, announcement, *FSDP)
+    assert_resumed_where_killed(resume(tmp_path, *FSDP), announcement, DDP_STEPS)
+    assert_same(final_params(tmp_path), fsdp_reference)
+    assert not list((tmp_path / "ckpts").glob(".*.tmp-*")), "a stale temporary survived the resume"
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fsdp_reference, ddp_reference[0], strict=True))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("announcement", kill_points(1, 8, DDP_STEPS))
 def test_ddp_sigkill_at_a_random_moment_then_resume_is_exact(

@@ -478,12 +478,17 @@ class Module(nn.Module):
 
         As in Lightning, saved values ``__init__`` does not take are dropped (unless it takes
         ``**kwargs``). Values that were not plain are not in the checkpoint: pass them here. The file
-        is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types.
+        is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A sharded
+        checkpoint directory (``strategy="fsdp"``) loads too, on one process.
         """
         from trainer.checkpoint import load_checkpoint, load_weights
         from trainer.checkpoint.io import CheckpointError
+        from trainer.checkpoint.sharded import load_sharded
 
-        checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
+        if Path(path).is_dir():  # a sharded (FSDP) checkpoint: read whole, on this process
+            checkpoint = load_sharded(path)
+        else:
+            checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
         saved = checkpoint.get("hyper_parameters", checkpoint.get("hparams", {}))
         namespace = checkpoint.get("hparams_type") == "Namespace"
         kwargs, dropped = hparams_lib.rebuild_kwargs(cls.__init__, saved, checkpoint.get("hparams_name"), namespace)

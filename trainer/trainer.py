@@ -152,6 +152,7 @@ class Trainer:
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
         self.precision = build_precision(precision, self.strategy.root_device.type)
+        self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         if max_epochs == -1:
             self.max_epochs: int | None = None

@@ -1,6 +1,6 @@
 """A deterministic training job for the kill / signal tests.
 
-    python resumable_run.py OUT_DIR [--resume] [--strategy single|ddp] [--devices N] [--sleep S]
+    python resumable_run.py OUT_DIR [--resume] [--strategy single|ddp|fsdp] [--devices N] [--sleep S]
 
 Saves a checkpoint after every step (``last.ckpt``) and, when it finishes, the final
 parameters to ``OUT_DIR/final-rank<r>.pt``. Global rank zero announces its progress on stdout
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
@@ -104,7 +105,8 @@ def main() -> None:
         DataLoader(data, batch_size=16, shuffle=True, num_workers=1),
         ckpt_path="last" if args.resume else None,
     )
-    torch.save([p.detach() for p in module.parameters()], args.out / f"final-rank{fit.global_rank}.pt")
+    full = [p.full_tensor() if isinstance(p, DTensor) else p.detach() for p in module.parameters()]  # fsdp: gathered
+    torch.save(full, args.out / f"final-rank{fit.global_rank}.pt")
     print(f"done rank {fit.global_rank} step {fit.global_step}", flush=True)
 
 

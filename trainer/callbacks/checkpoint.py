@@ -169,9 +169,9 @@ class ModelCheckpoint(Callback):
         trainer.save_checkpoint(path if keep else last, weights_only=self.save_weights_only)
         if keep and self.save_last:
             if trainer.is_global_zero:
-                from trainer.checkpoint import link_checkpoint
+                from trainer.checkpoint.sharded import link_any_checkpoint
 
-                link_checkpoint(path, last)
+                link_any_checkpoint(path, last)
             trainer.strategy.barrier()
         self._delete(trainer, dropped)
         if self.verbose and trainer.is_global_zero:
@@ -265,10 +265,12 @@ class ModelCheckpoint(Callback):
         return dropped
 
     def _delete(self, trainer: Trainer, paths: list[str]) -> None:
+        from trainer.checkpoint.sharded import remove_checkpoint
+
         if trainer.is_global_zero:
             for path in paths:
                 if path != self.last_model_path:
-                    Path(path).unlink(missing_ok=True)
+                    remove_checkpoint(path)  # a file, or a sharded directory
 
     def state_dict(self) -> dict[str, Any]:
         return {

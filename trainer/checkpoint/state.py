@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from trainer.checkpoint.io import CheckpointError, load_checkpoint, load_weights
+from trainer.checkpoint.io import CheckpointError, load_checkpoint
+from trainer.checkpoint.sharded import is_checkpoint_path
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -120,7 +121,7 @@ def restore_module_and_callbacks(trainer: TrainerView, checkpoint: dict[str, Any
     """Weights, then the module's ``on_load_checkpoint``; when fitting, each callback's hook and state
     (Lightning's order: before ``configure_optimizers``)."""
     module = trainer.lightning_module
-    load_weights(module, checkpoint, strict=True)
+    trainer.strategy.load_module_weights(module, checkpoint)
     module.on_load_checkpoint(checkpoint)
     if not fitting:
         return
@@ -206,7 +207,7 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
     """``"last"`` is the newest complete checkpoint under the run folders, or None (fresh start)."""
     if str(ckpt_path) != "last":
         path = Path(ckpt_path)
-        if not path.is_file():
+        if not is_checkpoint_path(path):
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist or is not a file.")
         return path
     from trainer.checkpoint.io import newest_checkpoint

@@ -64,7 +64,7 @@ class EvaluationLoop:
         rng = rng_state()
         self.predictions = [[] for _ in self.loaders]
         try:
-            with _no_grad(trainer.inference_mode):
+            with _no_grad(trainer.inference_mode and trainer.strategy.supports_inference_mode):
                 for idx, loader in enumerate(self.loaders):
                     total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
                     self._run_loader(idx, loader, total, keep_predictions)

@@ -13,6 +13,7 @@ STRATEGIES: dict[str, str] = {
     "single": "trainer.strategies.single:SingleDeviceStrategy",
     "ddp": "trainer.strategies.ddp:DDPStrategy",
     "dp": "trainer.strategies.dp:DataParallelStrategy",
+    "fsdp": "trainer.strategies.fsdp:FSDPStrategy",
 }
 
 
@@ -36,7 +37,7 @@ __all__ = ["STRATEGIES", "SingleDeviceStrategy", "Strategy", "register_strategy"
 
 def __getattr__(name: str) -> Any:
     # Lazy public names for the distributed strategies.
-    lazy = {"DDPStrategy": "ddp", "DataParallelStrategy": "dp"}
+    lazy = {"DDPStrategy": "ddp", "DataParallelStrategy": "dp", "FSDPStrategy": "fsdp"}
     if name in lazy:
         return strategy_class(lazy[name])
     raise AttributeError(name)

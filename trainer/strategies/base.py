@@ -12,10 +12,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from trainer.precision import Precision
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
 Stage = Literal["training", "validation", "test", "predict"]
@@ -30,6 +33,9 @@ class Strategy(ABC):
     """How the user's module is placed, wrapped, stepped and synchronised."""
 
     name: str = "base"
+    # False where evaluation must run under no_grad: FSDP's gather buffers, made in inference mode, would
+    # stay inference tensors that training cannot write to.
+    supports_inference_mode: bool = True
 
     def __init__(self) -> None:
         self.module: nn.Module | None = None  # the user's module, never wrapped
@@ -52,6 +58,9 @@ class Strategy(ABC):
         self.num_nodes = num_nodes
         if collective_timeout is not None:
             self.collective_timeout = collective_timeout
+
+    def connect_precision(self, precision: Precision) -> None:
+        """See the Trainer's precision (FSDP turns mixed precision into its own policy); nothing by default."""
 
     # ---- the few things each strategy must say -------------------------------------------
     @property
@@ -177,7 +186,17 @@ class Strategy(ABC):
         return optimizer.state_dict()
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        optimizer.load_state_dict(state)
+        """Also takes a state keyed by parameter name (an FSDP checkpoint's) for this strategy's module."""
+        from trainer.checkpoint.optimizer_names import index_keyed_optimizer_state
+
+        assert self.module is not None
+        optimizer.load_state_dict(index_keyed_optimizer_state(self.module, optimizer, state))
+
+    def load_module_weights(self, module: nn.Module, checkpoint: Mapping[str, Any]) -> None:
+        """Put a checkpoint's weights into the user's module (before ``setup_module`` wraps it)."""
+        from trainer.checkpoint.io import load_weights
+
+        load_weights(module, checkpoint, strict=True)
 
     def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Collective: every rank built the same checkpoint; global rank zero writes it atomically."""
@@ -188,9 +207,15 @@ class Strategy(ABC):
         self.barrier()
 
     def load_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Read a checkpoint on every rank (weights_only; tensors on the CPU)."""
-        from trainer.checkpoint.io import load_checkpoint
+        """Read a checkpoint on every rank (weights_only; tensors on the CPU), a file or a sharded directory.
 
+        A sharded directory (FSDP's) is read whole, in full tensors, so it loads into any strategy and world size.
+        """
+        from trainer.checkpoint.io import load_checkpoint
+        from trainer.checkpoint.sharded import load_sharded
+
+        if Path(path).is_dir():
+            return load_sharded(path)
         return load_checkpoint(path, map_location="cpu")
 
     def __repr__(self) -> str:

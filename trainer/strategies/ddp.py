@@ -1,25 +1,17 @@
 """DistributedDataParallel: one process per device, gradients averaged in backward.
 
-Processes come from torchrun, SLURM or a self-launch (``trainer.launch``). Every rank starts
-from rank 0's weights: DDP's constructor broadcasts parameters and buffers from rank 0.
-The training step goes through the DDP-wrapped module so DDP's forward hooks (buffer
+Every rank starts from rank 0's weights: DDP's constructor broadcasts parameters and buffers from
+rank 0. The training step goes through the DDP-wrapped module so DDP's forward hooks (buffer
 broadcast, unused-parameter search) run; evaluation calls the user's module directly.
 ``sync_batchnorm`` uses torch's SyncBatchNorm on CUDA and ``CPUSyncBatchNorm`` (below) on gloo.
-
-Threads: CPU ranks use torch's default thread count; with several ranks per machine set
-``torch.set_num_threads(cores // ranks)`` yourself to avoid oversubscription.
+Processes, the process group and the collectives are ``ParallelStrategy``'s.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import inspect
-import os
-import re
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -30,25 +22,18 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-import trainer.launch as launch
-import trainer.supervise as supervise
-from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
+from trainer.strategies.base import Stage
+from trainer.strategies.parallel import ParallelStrategy
 from trainer.strategies.step_wrapper import StepWrapper
 
-_COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
-_ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
-_REDUCE_OPS = {
-    "sum": dist.ReduceOp.SUM,
-    "mean": dist.ReduceOp.SUM,
-    "max": dist.ReduceOp.MAX,
-    "min": dist.ReduceOp.MIN,
-}
+__all__ = ["CPUSyncBatchNorm", "DDPStrategy", "StepWrapper", "convert_cpu_sync_batchnorm"]
 
 
-class DDPStrategy(Strategy):
+class DDPStrategy(ParallelStrategy):
     """One process per device (gloo on CPU, NCCL on CUDA); DDP averages gradients."""
 
     name = "ddp"
+    step_collectives = "a collective inside the step (DDP's gradient all-reduce in backward, or your own)"
 
     def __init__(
         self,
@@ -66,13 +51,12 @@ class DDPStrategy(Strategy):
     ) -> None:
         """``timeout`` bounds each collective (default: ``Trainer(collective_timeout=...)``, 10 minutes);
         ``rendezvous_timeout`` bounds waiting for all ranks to join."""
-        super().__init__()
-        if start_method != "popen":
-            raise ValueError(f"start_method={start_method!r} is not supported; only 'popen' (re-run the script).")
-        self._backend_arg = process_group_backend
-        self.backend = process_group_backend or "gloo"
-        self._timeout_arg = timeout
-        self.rendezvous_timeout = rendezvous_timeout
+        super().__init__(
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            rendezvous_timeout=rendezvous_timeout,
+            start_method=start_method,
+        )
         self.sync_batchnorm = sync_batchnorm
         self._params: list[nn.Parameter] = []  # the wrapped module's, and which of them DDP reduces
         self._trainable: list[bool] = []
@@ -84,90 +68,6 @@ class DDPStrategy(Strategy):
         }
         if bucket_cap_mb is not None:
             self._ddp_kwargs["bucket_cap_mb"] = bucket_cap_mb
-        self.cluster: launch.ClusterEnv | None = None
-        self._owns_group = False
-        self._store: dist.Store | None = None  # this group's part of the job's store
-
-    def configure(
-        self,
-        accelerator: str,
-        device_indices: list[int],
-        num_nodes: int = 1,
-        collective_timeout: timedelta | None = None,
-    ) -> None:
-        if accelerator not in ("cpu", "cuda"):
-            raise ValueError(f"strategy='ddp' runs on accelerator='cpu' (gloo) or 'cuda' (nccl), not {accelerator!r}.")
-        given = self._timeout_arg
-        if given is not None and collective_timeout is not None and given != collective_timeout:
-            raise ValueError(
-                f"DDPStrategy(timeout={given}) and Trainer(collective_timeout={collective_timeout}) disagree; "
-                "set one of them."
-            )
-        super().configure(accelerator, device_indices, num_nodes, collective_timeout or given)
-        self.backend = self._backend_arg or ("nccl" if accelerator == "cuda" else "gloo")
-
-    @property
-    def timeout(self) -> timedelta:
-        """How long a collective waits for every rank before failing."""
-        return self.collective_timeout
-
-    # ---- process facts -------------------------------------------------------------------
-    @property
-    def root_device(self) -> torch.device:
-        if self.accelerator == "cuda":
-            return torch.device("cuda", self.device_indices[self.local_rank])
-        return torch.device("cpu")
-
-    @property
-    def global_rank(self) -> int:
-        return self.cluster.rank if self.cluster else 0
-
-    @property
-    def local_rank(self) -> int:
-        return self.cluster.local_rank if self.cluster else 0
-
-    @property
-    def node_rank(self) -> int:
-        return self.cluster.node_rank if self.cluster else 0
-
-    @property
-    def world_size(self) -> int:
-        return self.cluster.world_size if self.cluster else len(self.device_indices) * self.num_nodes
-
-    # ---- life cycle ----------------------------------------------------------------------
-    def setup_environment(self) -> None:
-        """Find (or start) the other ranks, pin this rank's device, join the process group."""
-        cluster = launch.detect_cluster(len(self.device_indices), self.num_nodes)
-        supervise.start_processes(cluster)
-        self.cluster = cluster
-        if cluster.local_rank >= len(self.device_indices):
-            raise RuntimeError(
-                f"local rank {cluster.local_rank} has no device: devices={self.device_indices} lists only "
-                f"{len(self.device_indices)} per node."
-            )
-        if self.accelerator == "cuda":
-            torch.cuda.set_device(self.root_device)
-        if not dist.is_initialized():
-            self._init_process_group(cluster)
-            self._owns_group = True
-            atexit.register(_destroy_group)
-
-    def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
-        base = _job_store(cluster, self.rendezvous_timeout)
-        base.set_timeout(self.rendezvous_timeout)  # a missing rank fails the join fast, with a clear message
-        store = self._store = dist.PrefixStore(f"{_attempt_prefix()}/init{_next_init()}", base)
-        device_id = self.root_device if self.accelerator == "cuda" else None
-        hook = sys.excepthook  # torch wraps it on every init ("[rankN]:" prefix); launch already labels ranks
-        dist.init_process_group(
-            self.backend,
-            store=store,
-            rank=cluster.rank,
-            world_size=cluster.world_size,
-            timeout=self.timeout,
-            device_id=device_id,
-        )
-        sys.excepthook = hook
-        base.set_timeout(self.timeout)  # later store use (NCCL's lazy communicators) gets the long timeout
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move, optionally convert BatchNorm to SyncBatchNorm, and wrap in DDP (rank 0's weights win).
@@ -196,76 +96,6 @@ class DDPStrategy(Strategy):
         self._trainable = [p.requires_grad for p in self._params]
         device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
         return DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
-
-    def _broadcast(self, tensors: list[torch.Tensor]) -> None:
-        """Rank 0's values into every rank's tensors, in one flat broadcast."""
-        if not tensors:
-            return
-        with torch.no_grad(), self._collective("broadcast of rank 0's weights and buffers"):
-            flat = _flatten_dense_tensors([t.detach() for t in tensors])
-            dist.broadcast(flat, src=0)
-            for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
-                tensor.copy_(synced)
-
-    def teardown(self) -> None:
-        """End of a stage: drop the DDP wrapper, keep the process group.
-
-        A script may fit, then validate, test, predict and save: every stage (and
-        ``save_checkpoint``, a collective) needs the group, so it lives until the process exits
-        or ``destroy_process_group()`` is called. Self-launched children are awaited at exit.
-        """
-        self.model = None
-
-    def destroy_process_group(self) -> None:
-        """Leave the process group this strategy created (every rank must call it)."""
-        if self._owns_group:
-            _destroy_group()
-        self._owns_group = False
-
-    def on_exception(self, exception: BaseException) -> None:
-        supervise.on_rank_exception(exception)
-
-    def explain_failure(self, exception: BaseException) -> BaseException | None:
-        if isinstance(exception, CollectiveTimeoutError) or not _is_timeout(exception):
-            return None
-        return self._timeout_error("a collective inside the step (DDP's gradient all-reduce in backward, or your own)")
-
-    def _timeout_error(self, what: str) -> CollectiveTimeoutError:
-        seconds = self.timeout.total_seconds()
-        absent = self._absent_ranks(what)
-        who = "another rank" if not absent else ", ".join(f"rank {r}" for r in absent)
-        return CollectiveTimeoutError(
-            f"rank {self.global_rank}: {what} timed out after {seconds:.0f}s: {who} did not arrive (stuck in its "
-            "step, its data loading or a hook, or slower than the timeout). If the ranks are only slow (e.g. rank 0 "
-            "writing a large checkpoint), raise Trainer(collective_timeout=...)."
-        )
-
-    def _absent_ranks(self, what: str) -> list[int]:
-        """The ranks that never reached the collective that timed out. Every rank waiting in it times out
-        as well and says so in the job's store; a rank that stays silent is stuck elsewhere."""
-        store = self._store
-        if store is None or self.world_size < 2:
-            return []
-        try:
-            store.set(f"timed_out/{self.global_rank}", what)
-            deadline = time.monotonic() + _ABSENT_GRACE_S
-            while True:
-                absent = [r for r in range(self.world_size) if not store.check([f"timed_out/{r}"])]
-                if not absent or time.monotonic() >= deadline:
-                    return absent
-                time.sleep(0.1)
-        except (RuntimeError, ValueError):  # the store went with rank 0: nothing more to learn
-            return []
-
-    @contextlib.contextmanager
-    def _collective(self, what: str) -> Iterator[None]:
-        """Name the collective when it times out, instead of gloo's or NCCL's transport message."""
-        try:
-            yield
-        except RuntimeError as error:
-            if _is_timeout(error):
-                raise self._timeout_error(what) from error
-            raise
 
     # ---- the step ------------------------------------------------------------------------
     def step_function(self, stage: Stage) -> Callable[..., Any]:
@@ -325,80 +155,6 @@ class DDPStrategy(Strategy):
         if isinstance(self.model, DistributedDataParallel):
             return self.model.no_sync()
         return contextlib.nullcontext()
-
-    # ---- collectives ---------------------------------------------------------------------
-    def _to_comm_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """NCCL only moves CUDA tensors; gloo takes them where they are."""
-        if self.backend == "nccl" and tensor.device != self.root_device:
-            return tensor.to(self.root_device)
-        return tensor
-
-    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        """A reduced copy; ``mean`` is sum / world size (so integer input gives a float mean)."""
-        if op not in _REDUCE_OPS:
-            raise ValueError(f"op={op!r} is not one of {', '.join(_REDUCE_OPS)}.")
-        result = self._to_comm_device(tensor).clone()
-        with self._collective(f"all_reduce({op})"):
-            dist.all_reduce(result, op=_REDUCE_OPS[op])
-        if op == "mean":
-            result = result / self.world_size
-        return result.to(tensor.device)
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Same-shape tensors from every rank, stacked along a new first dimension."""
-        local = self._to_comm_device(tensor).contiguous()
-        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
-        with self._collective("all_gather"):
-            dist.all_gather(gathered, local)
-        return torch.stack(gathered).to(tensor.device)
-
-    def gather_objects(self, obj: Any) -> list[Any]:
-        gathered: list[Any] = [None] * self.world_size
-        with self._collective("all_gather_object (building a checkpoint)"):
-            dist.all_gather_object(gathered, obj)
-        return gathered
-
-    def reduce_boolean_decision(self, flag: bool) -> bool:
-        """True on every rank if any rank says True (so all ranks stop together)."""
-        votes = self._to_comm_device(torch.tensor(int(flag)))
-        with self._collective("all_reduce (the ranks deciding together whether to stop)"):
-            dist.all_reduce(votes)
-        return bool(votes.item() > 0)
-
-    def barrier(self) -> None:
-        if dist.is_initialized():
-            with self._collective("barrier (e.g. waiting for rank 0 to write a checkpoint)"):
-                dist.barrier()
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        if not dist.is_initialized():
-            return obj
-        box = [obj]
-        with self._collective(f"broadcast_object_list from rank {src}"):
-            dist.broadcast_object_list(box, src=src)
-        return box[0]
-
-
-def _is_timeout(error: BaseException) -> bool:
-    """gloo: 'Timed out waiting Nms for recv'; NCCL's watchdog: 'collective operation timeout'."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, RuntimeError) and re.search(r"timed out|operation timeout", str(seen), re.IGNORECASE):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _destroy_group() -> None:
-    """Destroy the default process group, if any.
-
-    The short sleep first releases the GIL so gloo's worker threads can free the allreduce work
-    DDP issued in backward; a worker still waiting for the GIL when the interpreter shuts down
-    aborts the process (torch 2.x; ~10% of runs that exit right after a step, on a busy machine).
-    """
-    if dist.is_initialized():
-        time.sleep(_COMM_THREADS_GRACE_S)
-        dist.destroy_process_group()
 
 
 class _SumOverRanks(torch.autograd.Function):
@@ -484,61 +240,3 @@ def _buffer_sync_kwargs(broadcast_buffers: bool) -> dict[str, bool]:
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
-
-
-# One TCPStore per job and process: rank 0's server must outlive a destroyed group, because a later
-# stage (fit, then test) joins again on the same MASTER_PORT. Each join uses a fresh key prefix; every
-# rank counts its joins alike, since all ranks run the same script.
-_job_stores: dict[tuple[str, int, int, int], dist.TCPStore] = {}
-_init_count = 0
-
-
-def _next_init() -> int:
-    global _init_count
-    _init_count += 1
-    return _init_count
-
-
-def _attempt_prefix() -> str:
-    """This attempt's part of the job's store. torchrun's agent keeps its store across ``--max-restarts``
-    restarts, so without the attempt a restarted rank would read the dead ranks' gloo addresses (as
-    torch itself does for its own keys: ``/worker/attempt_<n>``)."""
-    return f"steadytrain/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
-def _job_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
-    key = (cluster.master_addr, cluster.master_port, cluster.rank, cluster.world_size)
-    if key not in _job_stores:
-        _job_stores[key] = _connect_store(cluster, timeout)
-    return _job_stores[key]
-
-
-def _connect_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
-    """Host or reach the job's TCPStore, failing clearly when the port is taken or ranks are missing.
-
-    Rank 0 hosts it unless torchrun's agent already does (``TORCHELASTIC_USE_AGENT_STORE``).
-    """
-    is_host = cluster.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-    address = f"{cluster.master_addr}:{cluster.master_port}"
-    try:
-        return dist.TCPStore(
-            cluster.master_addr,
-            cluster.master_port,
-            cluster.world_size,
-            is_master=is_host,
-            timeout=timeout,
-            wait_for_workers=True,
-        )
-    except RuntimeError as error:  # DistNetworkError / DistStoreError
-        text = str(error)
-        if "address already in use" in text.lower() or "eaddrinuse" in text.lower():
-            raise RuntimeError(
-                f"rank 0 cannot listen on MASTER_PORT={cluster.master_port} ({address}): another process "
-                "uses the port. Free it or choose another MASTER_PORT."
-            ) from error
-        cause = text.splitlines()[0] if text else type(error).__name__
-        raise RuntimeError(
-            f"rank {cluster.rank}: not all {cluster.world_size} ranks (WORLD_SIZE) joined at {address} "
-            f"within {timeout.total_seconds():.0f}s. Check that every node runs the same devices x num_nodes "
-            f"and can reach MASTER_ADDR:MASTER_PORT ({cause})."
-        ) from error

@@ -1,0 +1,193 @@
+"""FSDP scenarios for tests/strategies/test_fsdp_integration.py (self-launched CPU ranks on gloo).
+
+    python fsdp_job.py OUT TAG [--strategy fsdp|ddp|single] [--devices N] [--manual] [--dropout P]
+                       [--save-at STEP] [--resume CKPT] [--full-state] [--async-save] [--top-k K]
+                       [--hybrid] [--ac] [--offload] [--precision P] [--configure-model] [--stage fit|validate|predict]
+
+Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer
+from trainer.strategies.fsdp import FSDPStrategy
+
+
+def data(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True).tanh())
+
+
+class Net(trainer.Module):
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 32),  # 288 parameters: sharded on its own (threshold 100)
+            torch.nn.Tanh(),
+            torch.nn.Dropout(dropout),
+            torch.nn.Linear(32, 32),  # 1056: sharded on its own
+            torch.nn.Tanh(),
+            torch.nn.Linear(32, 1),  # 33: the root's
+        )
+        self.losses: list[float] = []
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.losses.append(loss.item())
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", self.loss(batch), sync_dist=True)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.net(batch[0])
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.AdamW(self.parameters(), lr=0.02, weight_decay=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class ShardsItself(Net):
+    """Shards its own layers in ``configure_model``; the strategy then shards only the root."""
+
+    def configure_model(self) -> None:
+        if not isinstance(self.net[0], FSDPModule):
+            mesh = self.trainer.strategy.device_mesh()  # type: ignore[attr-defined]
+            fully_shard(self.net[0], mesh=mesh)
+            fully_shard(self.net[3], mesh=mesh)
+
+
+class ManualNet(Net):
+    """Two optimizers stepped by hand. (No clipping: under DDP, manual optimization averages gradients only
+    when an optimizer steps, so a clip before the step would see one rank's gradients.)"""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        first, second = self.optimizers()  # type: ignore[misc]
+        loss = self.loss(batch)
+        self.losses.append(loss.item())
+        self.manual_backward(loss)
+        first.step()
+        second.step()
+        first.zero_grad()
+        second.zero_grad()
+
+    def configure_optimizers(self) -> Any:
+        body = [p for n, p in self.named_parameters() if not n.startswith("net.5")]
+        return [torch.optim.AdamW(body, lr=0.02, weight_decay=0.1), torch.optim.SGD(self.net[5].parameters(), lr=0.1)]
+
+
+class SaveAt(trainer.Callback):
+    """Save a full checkpoint after global step ``step`` (mid-epoch), as a crash-safe run would."""
+
+    def __init__(self, step: int, path: Path) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer: trainer.Trainer, module: Any, outputs: Any, batch: Any, i: int) -> None:
+        if trainer.global_step == self.step and not self.path.exists():
+            trainer.save_checkpoint(self.path)
+
+
+def full_weights(fit: trainer.Trainer, module: Net) -> dict[str, torch.Tensor]:
+    if isinstance(fit.strategy, FSDPStrategy):
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+        state = get_model_state_dict(module, options=options)
+        return {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("tag")
+    parser.add_argument("--strategy", default="fsdp")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--manual", action="store_true")
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--save-at", type=int, default=0)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--full-state", action="store_true")
+    parser.add_argument("--async-save", action="store_true")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--hybrid", action="store_true")
+    parser.add_argument("--ac", action="store_true", help="activation checkpointing of the Linear blocks")
+    parser.add_argument("--offload", action="store_true")
+    parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--configure-model", action="store_true")
+    parser.add_argument("--stage", default="fit", choices=["fit", "validate", "predict"])
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    strategy: Any = args.strategy
+    if args.strategy == "fsdp":
+        strategy = FSDPStrategy(
+            min_params_to_shard=100,
+            state_dict_type="full" if args.full_state else "sharded",
+            async_save=args.async_save,
+            sharding="hybrid" if args.hybrid else "full",
+            activation_checkpointing={torch.nn.Linear} if args.ac else (),
+            cpu_offload=args.offload,
+        )
+    module = (ManualNet if args.manual else ShardsItself if args.configure_model else Net)(args.dropout)
+    callbacks: list[trainer.Callback] = []
+    if args.save_at:
+        callbacks.append(SaveAt(args.save_at, args.out / f"{args.tag}-step{args.save_at}.ckpt"))
+    if args.top_k:
+        callbacks.append(
+            trainer.ModelCheckpoint(
+                dirpath=args.out / "ckpts", monitor="val_loss", save_top_k=args.top_k, save_last=True
+            )
+        )
+    fit = trainer.Trainer(
+        accelerator="cpu",
+        precision=args.precision,
+        strategy=strategy,
+        devices=args.devices,
+        max_epochs=2,
+        accumulate_grad_batches=1 if args.manual else 2,
+        gradient_clip_val=None if args.manual else 0.1,  # small: it clips most steps
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=bool(args.top_k),
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+    per_rank = 8 // args.devices
+    train = DataLoader(data(64, 0), batch_size=per_rank, shuffle=True)
+    val = DataLoader(data(20, 1), batch_size=per_rank)
+    result: dict[str, Any] = {}
+    if args.stage == "fit":
+        fit.fit(module, train, val, ckpt_path=args.resume)
+    elif args.stage == "validate":
+        result["validate"] = fit.validate(module, val, ckpt_path=args.resume)
+    else:
+        result["predict"] = torch.cat(fit.predict(module, val, ckpt_path=args.resume))  # type: ignore[arg-type]
+    result.update(
+        params=full_weights(fit, module),
+        losses=module.losses,
+        global_step=fit.global_step,
+        world_size=fit.world_size,
+        metrics={k: float(v) for k, v in fit.callback_metrics.items()},
+    )
+    torch.save(result, args.out / f"{args.tag}-rank{fit.global_rank}.pt")
+
+
+if __name__ == "__main__":
+    main()
