@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from lightning_utilities.core.apply_func import apply_to_collection
 
 
 @runtime_checkable
@@ -24,4 +23,8 @@ def _move(obj: Any, device: torch.device) -> Any:
 
 def move_to_device(batch: Any, device: torch.device | str) -> Any:
     """Move every tensor (or object with ``.to``) inside nested collections/dataclasses to ``device``."""
+    # Imported here: lightning_utilities parses version specifiers at import (~40 ms), a cost
+    # `import trainer` must not pay; after the first call this is a dictionary lookup.
+    from lightning_utilities.core.apply_func import apply_to_collection
+
     return apply_to_collection(batch, _Movable, _move, device=torch.device(device))

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from lightning_utilities.core.apply_func import apply_to_collection
 
 from trainer.precision.base import Precision
 
@@ -28,6 +27,8 @@ class HalfPrecision(Precision):
         return module.to(dtype=self.dtype)
 
     def convert_input(self, batch: Any) -> Any:
+        from lightning_utilities.core.apply_func import apply_to_collection  # ~40 ms at import: on use only
+
         return apply_to_collection(batch, torch.Tensor, self._cast)
 
     def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
