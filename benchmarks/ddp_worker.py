@@ -1,7 +1,9 @@
 """One DDP benchmark run, launched by torchrun (see benchmarks/ddp.py).
 
 ``--mode raw`` is the hand-written DDP script users write; ``--mode trainer`` is the same job
-through ``Trainer(strategy="ddp")``. Rank 0 prints ``per_step_us=<float>``.
+through ``Trainer(strategy="ddp")`` under torchrun; ``--mode self`` is that job run as
+``python ddp_worker.py``, the Trainer starting the second rank itself (how users swap strategies
+with one flag). Rank 0 prints ``per_step_us=<float>``.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Clock(trainer.Callback):
 
 
 def ours(width: int, steps: int) -> float:
-    world = int(os.environ["WORLD_SIZE"])
+    world = int(os.environ.get("WORLD_SIZE", "2"))  # self-launched: the Trainer starts the 2nd rank
     clock = Clock()
     fit = trainer.Trainer(
         accelerator="cpu",
@@ -100,7 +102,7 @@ def ours(width: int, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("raw", "trainer"), required=True)
+    parser.add_argument("--mode", choices=("raw", "trainer", "self"), required=True)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--steps", type=int, default=1500)
     args = parser.parse_args()
