@@ -21,14 +21,17 @@ import threading
 import warnings
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+# torch.distributed.checkpoint is imported where it is used: it pulls in DTensor and dynamo (seconds),
+# which a run whose checkpoints are plain files (every strategy but fsdp) must not pay.
 from trainer.checkpoint.io import _HOST, CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
 
 META = "meta.pt"
@@ -76,12 +79,16 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
         save_checkpoint(meta, tmp / META)
     ranks.barrier()
     if async_save:
+        import torch.distributed.checkpoint as dcp
+
         future = dcp.async_save(tensors, checkpoint_id=tmp, process_group=_async_group())
         _start_pending(future, tmp, path, ranks.is_global_zero)
         return
     try:
         with warnings.catch_warnings():  # one process without a group: "assuming ... a single process"
             warnings.filterwarnings("ignore", message=".*in a single process.*")
+            import torch.distributed.checkpoint as dcp
+
             dcp.save(tensors, checkpoint_id=tmp)
     except BaseException:
         if ranks.is_global_zero:
@@ -242,10 +249,13 @@ def _async_group() -> Any:
 # ---- loading -------------------------------------------------------------------------------------------
 def load_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The whole checkpoint in full (unsharded) CPU tensors, read by this process alone."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
     path = Path(path)
     _check_complete(path)
     meta = load_checkpoint(path / META)
-    reader = _SafeReader(path)
+    reader = _safe_reader(path)
     stored = reader.read_metadata().state_dict_metadata
     keys = sorted(_refs(meta))
     missing = [k for k in keys if not isinstance(stored.get(k), TensorStorageMetadata)]
@@ -315,13 +325,20 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-class _SafeReader(FileSystemReader):
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        with open(Path(self.path) / DCP_METADATA, "rb") as f:
-            metadata: Metadata = _MetadataUnpickler(f).load()
-        if getattr(metadata, "storage_meta", None) is not None:
-            metadata.storage_meta.load_id = self.load_id  # type: ignore[union-attr]
-        return metadata
+def _safe_reader(path: Path) -> FileSystemReader:
+    """DCP's file reader, its pickled ``.metadata`` read through ``_MetadataUnpickler``."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+            with open(Path(self.path) / DCP_METADATA, "rb") as f:
+                metadata: Metadata = _MetadataUnpickler(f).load()
+            if getattr(metadata, "storage_meta", None) is not None:
+                metadata.storage_meta.load_id = self.load_id  # type: ignore[union-attr]
+            return metadata
+
+    return SafeReader(path)
 
 
 # ---- consolidation -------------------------------------------------------------------------------------
