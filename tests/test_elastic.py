@@ -104,9 +104,10 @@ def torchrun(job: Path, out: Path, *extra: str) -> Any:
 
 
 @pytest.mark.slow
-def test_a_killed_rank_is_restarted_and_the_run_ends_bitwise_equal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_killed_rank_is_restarted_and_the_run_ends_bitwise_equal(tmp_path: Path, strategy: str) -> None:
     job = Path(shutil.copy(JOB, tmp_path / "elastic_job.py"))
-    killed = torchrun(job, tmp_path / "killed", "--kill")
+    killed = torchrun(job, tmp_path / "killed", "--kill", "--strategy", strategy)
     assert killed.returncode == 0, killed.output
     output = killed.output
     restart_after = killed.marker_time("ATTEMPT1") - killed.marker_time("KILL")
@@ -116,7 +117,7 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_bitwise_equal(tmp_path: Pat
     assert f"steadytrain: elastic restart 1: resuming from {ckpts / 'last.ckpt'}." in output, output
     assert "resumed from" in output and "at epoch 0, step 6." in output  # mid-epoch: 8 steps per epoch
     assert not [p.name for p in ckpts.iterdir() if ".tmp-" in p.name]  # the killed save's leftovers
-    straight = torchrun(job, tmp_path / "straight")
+    straight = torchrun(job, tmp_path / "straight", "--strategy", strategy)
     assert straight.returncode == 0, straight.output
     assert "elastic restart" not in straight.output
     resumed = torch.load(tmp_path / "killed" / "final.pt")

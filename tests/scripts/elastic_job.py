@@ -1,6 +1,6 @@
 """A 2-rank job for the elastic-restart test, run under ``torchrun --max-restarts=1``.
 
-    torchrun --standalone --nproc_per_node 2 --max-restarts 1 elastic_job.py OUT_DIR [--kill]
+    torchrun --standalone --nproc_per_node 2 --max-restarts 1 elastic_job.py OUT_DIR [--kill] [--strategy fsdp]
 
 With ``--kill``, on the first attempt only, rank 0 leaves the temporaries of a save that never
 finished (a file and a sharded-checkpoint directory) and SIGKILLs itself right after the 3rd
@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
+from trainer.strategies.fsdp import FSDPStrategy
 
 KILL_AFTER_SAVES = 3
 
@@ -65,10 +67,17 @@ class KillAfterSaves(trainer.Callback):
         os.kill(pid, signal.SIGKILL)
 
 
+def full_weights(module: Net) -> dict[str, torch.Tensor]:
+    """The whole weights on every rank, whichever strategy sharded them."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+    return {k: v.detach().clone() for k, v in get_model_state_dict(module, options=options).items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--kill", action="store_true")
+    parser.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp"])
     args = parser.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if os.environ.get("RANK") == "0":
@@ -83,7 +92,7 @@ def main() -> None:
         callbacks.append(KillAfterSaves(ckpts))
     fit = trainer.Trainer(
         accelerator="cpu",
-        strategy="ddp",
+        strategy=FSDPStrategy(min_params_to_shard=100) if args.strategy == "fsdp" else "ddp",
         devices=2,
         max_epochs=2,
         logger=False,
@@ -95,8 +104,9 @@ def main() -> None:
     )
     module = Net()
     fit.fit(module, DataLoader(data, batch_size=4, shuffle=True))  # 8 steps per epoch on 2 ranks
+    weights = full_weights(module)  # every rank: under fsdp a collective
     if fit.is_global_zero:
-        torch.save({k: v.detach() for k, v in module.state_dict().items()}, args.out / "final.pt")
+        torch.save(weights, args.out / "final.pt")
         print(f"done at step {fit.global_step}", flush=True)
 
 
