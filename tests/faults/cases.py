@@ -144,12 +144,11 @@ MODULES = [
     _step("returns-float", "return loss.item()", ("training_step", "float")),
     _step("returns-dict-without-loss", "return {'train_loss': loss}", ("'loss'",)),
     Case(
-        "module-step-missing-batch-idx",
+        "module-step-takes-no-batch",  # (batch) alone is fine, as in Lightning: batch_idx is optional
         """
         class Broken(Net):
-            def training_step(self, batch):
-                x, y = batch
-                return torch.nn.functional.mse_loss(self.net(x), y)
+            def training_step(self):
+                return torch.zeros((), requires_grad=True)
 
         make_trainer().fit(Broken(), loader())
         """,
