@@ -272,11 +272,19 @@ def _check_complete(path: Path) -> None:
     if not path.exists():
         raise FileNotFoundError(f"Checkpoint not found: {path}")
     lacking = [name for name in (DCP_METADATA, META) if not (path / name).is_file()]
-    if lacking:
+    if not lacking:
+        return
+    if len(lacking) == 2 and not any(path.glob("*.distcp")):  # no part of a sharded save: some other folder
+        held = sorted(p.name for p in path.glob("*.ckpt"))
+        where = f"it holds {', '.join(held[:5])}: pass one of them" if held else "pass a checkpoint file"
         raise CheckpointError(
-            f"{path} is not a complete sharded checkpoint: it has no {' and no '.join(lacking)} (a save that was "
-            "killed, or a copy that did not finish). Use another checkpoint."
+            f"{path} is a folder, not a file or a sharded checkpoint (no {DCP_METADATA}, no {META}); {where}, or "
+            "ckpt_path='last' for the newest complete checkpoint of the run."
         )
+    raise CheckpointError(
+        f"{path} is not a complete sharded checkpoint: it has no {' and no '.join(lacking)} (a save that was "
+        "killed, or a copy that did not finish). Use another checkpoint."
+    )
 
 
 def _empty(info: TensorStorageMetadata) -> torch.Tensor:
