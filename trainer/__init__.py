@@ -13,15 +13,7 @@ from trainer.launch import pop_legacy_local_rank as _pop_legacy_local_rank
 if (_local_rank := _pop_legacy_local_rank(_sys.argv, _os.environ)) is not None:
     _os.environ.setdefault("LOCAL_RANK", str(_local_rank))
 
-from trainer.callbacks import (
-    Callback,
-    EarlyStopping,
-    LearningRateMonitor,
-    ModelCheckpoint,
-    ModelSummary,
-    ProgressBar,
-    Timer,
-)
+from trainer.callbacks import Callback, EarlyStopping, ModelCheckpoint, ModelSummary, ProgressBar
 from trainer.datamodule import DataModule
 from trainer.module import Module
 from trainer.seed import seed_everything
@@ -48,3 +40,12 @@ __all__ = [
     "__version__",
     "seed_everything",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, as in trainer.callbacks: most runs use neither.
+    if name in ("LearningRateMonitor", "Timer"):
+        import trainer.callbacks
+
+        return getattr(trainer.callbacks, name)
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

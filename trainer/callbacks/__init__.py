@@ -1,16 +1,32 @@
 """Callbacks: hooks into the loop, each in its own file (Lightning's names, as in ``lightning.pytorch.callbacks``)."""
 
+import importlib
+from typing import Any
+
 from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping
-from trainer.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
-from trainer.callbacks.lambda_function import LambdaCallback
-from trainer.callbacks.lr_monitor import LearningRateMonitor
 from trainer.callbacks.model_summary import ModelSummary
-from trainer.callbacks.prediction_writer import BasePredictionWriter
 from trainer.callbacks.progress import ProgressBar
-from trainer.callbacks.stochastic_weight_avg import StochasticWeightAveraging
-from trainer.callbacks.timer import Timer
+
+# The callbacks a Trainer may add itself are imported above; the others load on first use, so that
+# `import trainer` stays cheap (each module costs milliseconds, and most runs use none of them).
+_LAZY = {
+    "BackboneFinetuning": "finetuning",
+    "BaseFinetuning": "finetuning",
+    "BasePredictionWriter": "prediction_writer",
+    "LambdaCallback": "lambda_function",
+    "LearningRateMonitor": "lr_monitor",
+    "StochasticWeightAveraging": "stochastic_weight_avg",
+    "Timer": "timer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"trainer.callbacks.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'trainer.callbacks' has no attribute {name!r}")
+
 
 __all__ = [
     "BackboneFinetuning",
