@@ -41,10 +41,7 @@ class DataModule:
         return hparams_lib.frozen(self._hparams_state().initial)
 
     def _hparams_state(self) -> HParams:
-        state: HParams | None = self.__dict__.get("_hparams")
-        if state is None:
-            state = self.__dict__["_hparams"] = HParams()
-        return state
+        return hparams_lib.state_of(self)
 
     prepare_data_per_node: bool = True  # False: prepare_data on global rank zero only (a shared file system)
 

@@ -68,6 +68,13 @@ class HParams:
             self.initial = frozen(self.values)
 
 
+def state_of(obj: Any) -> HParams:
+    """The ``HParams`` a Module or DataModule keeps in its ``__dict__`` (made on first use; written
+    there directly so ``nn.Module.__setattr__`` never sees it)."""
+    state: HParams = obj.__dict__.setdefault("_hparams", HParams())
+    return state
+
+
 def save_hyperparameters(
     obj: Any, state: HParams, args: tuple[Any, ...], ignore: Sequence[str] | str | None, frame: Any, logger: bool
 ) -> None:

@@ -293,11 +293,7 @@ class Module(nn.Module):
         return hparams_lib.frozen(self._hparams_state().initial)
 
     def _hparams_state(self) -> HParams:
-        state = self.__dict__.get("_hparams")
-        if state is None:
-            state = HParams()
-            object.__setattr__(self, "_hparams", state)
-        return state  # type: ignore[no-any-return]
+        return hparams_lib.state_of(self)
 
     @property
     def trainer(self) -> TrainerView:

@@ -75,8 +75,11 @@ class Profiler:
         if self.dirpath is not None and report:
             self.dirpath.mkdir(parents=True, exist_ok=True)
             name = self.filename or "profiler"
-            rank = "" if self._rank is None else f"-{self._rank}"
-            (self.dirpath / f"{self._stage or stage}-{name}{rank}.txt").write_text(report)
+            (self.dirpath / f"{self._stage or stage}-{name}{self._rank_suffix()}.txt").write_text(report)
+
+    def _rank_suffix(self) -> str:
+        """``-<rank>`` in file names when several processes write them, else nothing."""
+        return "" if self._rank is None else f"-{self._rank}"
 
     def describe(self) -> str:
         return self.summary()

@@ -55,8 +55,8 @@ class PyTorchProfiler(Profiler):
             self._table = profiler.key_averages().table(sort_by=self.sort_by_key, row_limit=self.row_limit)
             if self.dirpath is not None:
                 self.dirpath.mkdir(parents=True, exist_ok=True)
-                rank = "" if self._rank is None else f"-{self._rank}"
-                profiler.export_chrome_trace(str(self.dirpath / f"{self._stage or stage}-trace{rank}.json"))
+                trace = f"{self._stage or stage}-trace{self._rank_suffix()}.json"
+                profiler.export_chrome_trace(str(self.dirpath / trace))
         super().teardown(stage)
 
     def summary(self) -> str:
