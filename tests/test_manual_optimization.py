@@ -1,5 +1,6 @@
 """Manual optimization (``automatic_optimization = False``): a GAN against a hand-written loop,
-flags that cannot apply refused, exact resume of every optimizer and scheduler, and 2 DDP ranks."""
+flags that cannot apply refused, exact resume of every optimizer and scheduler, and 2 DDP ranks
+(with clipping in ``training_step`` on the global gradient, under DDP and FSDP)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import trainer
 from tests.helpers import REPO_ROOT, run_python
 from tests.models import assert_bitwise_equal, quiet
 from tests.scripts.gan import GAN, GLOBAL_BATCH, gan_data, hand_written
+from tests.scripts.manual_clip import CLIP, EPOCHS, train
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "gan.py"
+CLIP_SCRIPT = REPO_ROOT / "tests" / "scripts" / "manual_clip.py"
 
 
 def gan_params(module: GAN) -> list[torch.Tensor]:
@@ -83,3 +86,26 @@ def test_a_gan_on_two_ddp_ranks_matches_one_device_with_plain_ddp(tmp_path: Path
     for got, want in zip(ranks[0]["params"], reference, strict=True):
         assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
     assert ranks[0]["global_step"] == 24
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_clip_gradients_in_training_step_clips_the_global_gradient_on_two_ranks(tmp_path: Path, strategy: str) -> None:
+    """Lightning's rule: in manual optimization the gradients are the global batch's when manual_backward
+    returns, so clip_gradients between it and opt.step() (by norm, by value) acts on them, as does a
+    read of p.grad; 2 ranks x 8 samples then end where 1 device x 16 does. (DDP used to average only
+    in opt.step(), clipping each rank's own gradient: 0.08 away by norm, 0.3 by value.)"""
+    done = run_python([str(CLIP_SCRIPT), str(tmp_path), "--strategy", strategy, "--devices", "2"], timeout=180)
+    assert done.returncode == 0, done.output
+    for algorithm, limit in CLIP.items():
+        one = train(algorithm, default_root_dir=tmp_path)  # one device, the global batch
+        assert one["global_step"] == EPOCHS * 4
+        assert all(size > limit for size in one["seen"]), one["seen"]  # clipping acts on every step
+        for rank in (0, 1):
+            got = torch.load(tmp_path / f"{algorithm}-rank{rank}.pt", weights_only=True)
+            assert got["global_step"] == one["global_step"]
+            assert got["params"].keys() == one["params"].keys()
+            for name, want in one["params"].items():
+                diff = (got["params"][name] - want).abs().max().item()
+                assert diff <= 1e-5, f"{algorithm} rank {rank} {name}: {diff}"
+            assert got["seen"] == pytest.approx(one["seen"], abs=1e-5), (algorithm, rank)  # p.grad is global

@@ -73,8 +73,8 @@ class ShardsItself(Net):
 
 
 class ManualNet(Net):
-    """Two optimizers stepped by hand. (No clipping: under DDP, manual optimization averages gradients only
-    when an optimizer steps, so a clip before the step would see one rank's gradients.)"""
+    """Two optimizers stepped by hand. (Clipping in training_step, on 2 ranks of DDP and FSDP against
+    one device: tests/scripts/manual_clip.py.)"""
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__(dropout)

@@ -1,14 +1,17 @@
 """Backward, clipping and optimizer steps with their hooks, for manual optimization and overridden steps.
 
 ``self.optimizers()`` returns ``StepOptimizer`` wrappers (Lightning's ``LightningOptimizer``): their
-``step()`` goes through the precision (GradScaler unscale, step, update) and the strategy (the
-gradient all-reduce of manual optimization under DDP), calls ``on_before_optimizer_step``, and
-counts the global step. The automatic loop's common case does not come through here: it makes the
-same calls inline (``trainer.loops.training``) to stay as short as a hand-written loop.
+``step()`` goes through the precision (GradScaler unscale, step, update), calls
+``on_before_optimizer_step``, and counts the global step. In manual optimization the gradients are
+the global batch's already when ``manual_backward`` returns (the strategy's ``manual_backward_sync``),
+so ``clip_gradients`` in ``training_step`` clips them, as in Lightning. The automatic loop's common
+case does not come through here: it makes the same calls inline (``trainer.loops.training``) to stay
+as short as a hand-written loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -72,10 +75,14 @@ class Optimization:
 
     # ---- backward ----------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``on_before_backward``, the (scaled) backward through ``Module.backward``, ``on_after_backward``."""
+        """``on_before_backward``, the (scaled) backward through ``Module.backward``, ``on_after_backward``.
+
+        In manual optimization the strategy makes the gradients the global batch's before ``on_after_backward``.
+        """
         trainer = self.trainer
         hooks.call(trainer, "on_before_backward", loss)
-        trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
+        with trainer.strategy.manual_backward_sync() if self.manual else contextlib.nullcontext():
+            trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
         hooks.call(trainer, "on_after_backward")
 
     # ---- clipping ------------------------------------------------------------------------------------
@@ -103,12 +110,11 @@ class Optimization:
 
     # ---- the step ------------------------------------------------------------------------------------
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """Run ``closure`` (if any), sync gradients where the strategy must, step through the precision.
+        """Run ``closure`` (if any), then step through the precision.
 
-        In manual optimization every call is a global step, as in Lightning.
+        In manual optimization every call is a global step, as in Lightning; its gradients were
+        averaged across ranks in ``manual_backward`` already.
         """
-        if self.manual:
-            self.trainer.strategy.reduce_gradients(optimizer)
 
         def closure_then_hooks() -> Any:
             result = closure() if closure is not None else None

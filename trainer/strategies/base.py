@@ -151,11 +151,15 @@ class Strategy(ABC):
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
         return contextlib.nullcontext()
 
-    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Manual optimization: make this optimizer's gradients those of the global batch before it steps.
+    def manual_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """Manual optimization: around each ``manual_backward``; when it exits, the gradients are the global batch's.
 
-        One process already has them; a data-parallel strategy averages them across ranks here.
+        Lightning's rule: ``clip_gradients``, ``on_after_backward`` and any read of ``p.grad`` between
+        ``manual_backward`` and ``opt.step()`` see the averaged gradients, and the step averages nothing
+        more. One process already has them; a data-parallel strategy whose wrapper does not average in
+        backward averages what the backward added as the context exits.
         """
+        return contextlib.nullcontext()
 
     def clip_gradients(self, parameters: list[torch.nn.Parameter], value: float, algorithm: str) -> None:
         """Clip gradients (already at their true scale) by total norm or by value.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -75,7 +75,7 @@ class DDPStrategy(ParallelStrategy):
         A module that optimizes itself (``automatic_optimization=False``) may call backward several
         times per step with some parameters frozen, which DDP's reducer cannot follow: it is not
         wrapped. Its weights start as rank 0's, its buffers are rank 0's before every step (as DDP
-        does), and each optimizer's gradients are averaged when it steps (``reduce_gradients``).
+        does), and each ``manual_backward`` averages the gradients it adds (``manual_backward_sync``).
         """
         module = module.to(self.root_device)
         if self.sync_batchnorm and self.accelerator == "cuda":
@@ -124,32 +124,60 @@ class DDPStrategy(ParallelStrategy):
             self._broadcast(list(self.module.buffers()))
         return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
 
-    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Average this optimizer's gradients across ranks, as one device has them for the global batch.
+    def manual_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """The unwrapped module of manual optimization: average what each backward adds, as DDP would in it.
 
-        A gradient some ranks lack (a branch unused on their samples) counts as zero there; one no
-        rank has stays None, so the optimizer skips that parameter as it would on one device.
+        So ``clip_gradients`` before ``opt.step()`` clips the global batch's gradient (Lightning's rule),
+        and the step averages nothing more. A wrapped module's gradients DDP's reducer averages itself.
         """
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-        if not params:
-            return
-        device = params[0].device
-        has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
-        with self._collective("all_reduce (which parameters have gradients, before an optimizer step)"):
+        if isinstance(self.model, DistributedDataParallel):
+            return contextlib.nullcontext()
+        return self._averaged_backward()
+
+    @contextlib.contextmanager
+    def _averaged_backward(self) -> Iterator[None]:
+        """Set the trainable parameters' gradients aside, run the backward, average only what it gave.
+
+        The gradients set aside (an earlier backward's, averaged then) get the average added, so each
+        backward's share is averaged exactly once and frozen or untouched parameters cost nothing. A
+        gradient some ranks lack (a branch unused on their samples) counts as zero there; one no rank
+        has stays as it was (None stays None, so the optimizer skips that parameter as on one device).
+        """
+        assert self.module is not None
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        earlier = [p.grad for p in params]
+        for param in params:
+            param.grad = None
+        try:
+            yield
+        finally:
+            added = [p.grad for p in params]
+            for param, grad in zip(params, earlier):
+                param.grad = grad
+        if params:
+            self._add_average(params, added)
+
+    def _add_average(self, params: list[nn.Parameter], added: list[torch.Tensor | None]) -> None:
+        """Add to each gradient the mean over ranks of what the backward ``added`` (two all_reduces)."""
+        has = torch.tensor([g is not None for g in added], dtype=torch.int32, device=params[0].device)
+        with self._collective("all_reduce (which parameters a manual_backward gave gradients)"):
             dist.all_reduce(has)
-        active = [p for p, n in zip(params, has.tolist()) if n > 0]
+        active = [i for i, n in enumerate(has.tolist()) if n > 0]
         if not active:
             return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in active]
+        grads = [g if (g := added[i]) is not None else torch.zeros_like(params[i]) for i in active]
         flat = _flatten_dense_tensors(grads)
-        with self._collective("all_reduce of the gradients (manual optimization)"):
+        with self._collective("all_reduce of the gradients (manual_backward)"):
             dist.all_reduce(flat)
         flat /= self.world_size
-        for param, reduced in zip(active, _unflatten_dense_tensors(flat, grads)):
-            if param.grad is None:
-                param.grad = reduced.clone()
+        for i, mean in zip(active, _unflatten_dense_tensors(flat, grads)):
+            param, fresh = params[i], added[i]
+            if param.grad is not None:
+                param.grad.add_(mean)  # onto an earlier backward's gradient, the global batch's already
+            elif fresh is not None:
+                param.grad = fresh.copy_(mean)
             else:
-                param.grad.copy_(reduced)
+                param.grad = mean.clone()
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         if isinstance(self.model, DistributedDataParallel):

@@ -156,8 +156,7 @@ class FSDPStrategy(ParallelStrategy):
         """Accumulate unsharded gradients locally; the window's last micro-batch reduce-scatters them."""
         return self._gradient_sync_off()
 
-    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Nothing to do: FSDP reduce-scattered the gradients in backward (manual optimization too)."""
+    # manual_backward_sync stays the default: FSDP reduce-scatters in every backward (manual_backward too)
 
     def clip_gradients(self, parameters: list[torch.nn.Parameter], value: float, algorithm: str) -> None:
         """The norm is over every shard: the DTensor total norm made full before it scales the gradients."""
