@@ -72,14 +72,59 @@ class AutomaticStep:
     # ---- one batch -----------------------------------------------------------------------------------------
     def entry(self) -> Callable[[Any, int], Any]:
         """What trains a batch this epoch: the flat common case (every batch steps, no closure), or ``run``."""
-        return self._every_batch if self.accumulate == 1 and not self.closure_step else self.run
+        return self._every_batch() if self.accumulate == 1 and not self.closure_step else self.run
 
-    def _every_batch(self, batch: Any, batch_idx: int) -> Any:
-        """``run`` for the common case, without its dispatch: this is every step of most runs."""
-        output, loss = self._forward_backward(batch, batch_idx)
-        self._optimizer_step(batch_idx)
-        self.step_loss = loss
-        return output
+    def _every_batch(self) -> Callable[[Any, int], Any]:
+        """``run`` for the common case as one closure over what it calls, resolved for the epoch.
+
+        This is every step of most runs: locals instead of attribute reads and no nested calls bring a
+        plain fp32 step to the calls of a hand-written loop. Anything not plain (hooks, clipping,
+        schedulers, a scaler) goes through the same methods ``run`` uses.
+        """
+        forward, optimizer, progress = self.forward, self.optimizer, self.progress
+        precision = self.trainer.precision
+        zero_grad = optimizer.zero_grad if self.plain_zero_grad else None
+        backward: Callable[[torch.Tensor], Any] | None = None  # None: the plain loss.backward()
+        if self.hooked_backward:
+            backward = self.optimization.backward
+        elif overrides(precision, "backward", Precision):
+            backward = precision.backward
+        plain_step = not (
+            self.unscale
+            or self.before_step
+            or self.clips
+            or self.updates_precision
+            or self.schedules
+            or overrides(precision, "optimizer_step", Precision)
+        )
+        check_finite, isfinite = self.check_finite, math.isfinite
+
+        def every_batch(batch: Any, batch_idx: int) -> Any:
+            output = forward(batch, batch_idx)
+            if zero_grad is not None:
+                zero_grad()
+            else:
+                self._zero_grad(batch_idx)
+            try:
+                loss = output["loss"] if isinstance(output, dict) else output
+                if check_finite and not (loss.is_cpu and isfinite(loss.item())) and not self._finite(loss):
+                    loss = loss.detach()  # skipped: drop the graph at once
+                elif backward is None:
+                    loss.backward()
+                else:
+                    backward(loss)
+            except Exception:
+                check_loss(output, progress.global_step)
+                raise
+            if plain_step:
+                optimizer.step()
+                progress.global_step += 1
+            else:
+                self._optimizer_step(batch_idx)
+            self.step_loss = loss  # the graph head is kept until the next step (see ``run``)
+            return output
+
+        return every_batch
 
     def run(self, batch: Any, batch_idx: int) -> Any:
         """Train on one micro-batch; returns the step's output."""
