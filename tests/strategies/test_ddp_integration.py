@@ -220,6 +220,22 @@ def test_sync_batchnorm_2x4_matches_batchnorm_1x8(
     assert r["params_diff"] < 1e-5 and r["buffers_diff"] < 1e-5
 
 
+@pytest.mark.slow
+def test_every_rank_validates_with_rank_zeros_batchnorm_statistics(tmp_path: Path) -> None:
+    """Each rank's last training forward updates its BatchNorm statistics with its own batch; validation
+    must use rank 0's (what DDP's forward broadcasts, and what rank 0 checkpoints), as in Lightning."""
+    out = tmp_path / "out.json"
+    script = Path(__file__).parents[1] / "scripts" / "eval_buffers.py"
+    finished = run_python([str(script), str(out)])
+    assert finished.returncode == 0, finished.output
+    r = load(out)
+    assert len(r["seen"]) == 2  # one validation per epoch
+    for per_rank in r["seen"]:
+        assert per_rank[1] == per_rank[0], "rank 1 validated with its own BatchNorm statistics"
+    assert r["seen"][-1][0] == r["saved"]
+    assert r["seen"][0][0] != r["seen"][1][0]  # the statistics moved: the check is not vacuous
+
+
 # ---- in-process: one rank, a real gloo group -------------------------------------------------
 class Tiny(nn.Module):
     def __init__(self) -> None:

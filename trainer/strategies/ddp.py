@@ -2,7 +2,9 @@
 
 Every rank starts from rank 0's weights: DDP's constructor broadcasts parameters and buffers from
 rank 0. The training step goes through the DDP-wrapped module so DDP's forward hooks (buffer
-broadcast, unused-parameter search) run; evaluation calls the user's module directly.
+broadcast, unused-parameter search) run; evaluation calls the user's module directly, after one
+broadcast of rank 0's buffers (what DDP's forward would do), so every rank evaluates the model
+that rank 0 checkpoints.
 ``sync_batchnorm`` uses torch's SyncBatchNorm on CUDA and ``CPUSyncBatchNorm`` (below) on gloo.
 Processes, the process group and the collectives are ``ParallelStrategy``'s.
 """
@@ -99,7 +101,12 @@ class DDPStrategy(ParallelStrategy):
 
     # ---- the step ------------------------------------------------------------------------
     def step_function(self, stage: Stage) -> Callable[..., Any]:
+        """Training goes through DDP's forward. An evaluation loop first takes rank 0's buffers (e.g.
+        BatchNorm statistics, which each rank's last training forward updated with its own batch), as
+        DDP's forward would: every rank then evaluates the model rank 0 saves, as in Lightning."""
         if stage != "training":
+            if self._syncs_buffers and self.module is not None:
+                self._broadcast(list(self.module.buffers()))
             return super().step_function(stage)
         assert self.model is not None, "setup_module() must run before a step"
         if isinstance(self.model, DistributedDataParallel):
@@ -120,9 +127,13 @@ class DDPStrategy(ParallelStrategy):
 
     def _manual_training_step(self, batch: Any, batch_idx: int) -> Any:
         assert self.module is not None
-        if self._ddp_kwargs.get("forward_sync_buffers", self._ddp_kwargs.get("broadcast_buffers", True)):
+        if self._syncs_buffers:
             self._broadcast(list(self.module.buffers()))
         return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+
+    @property
+    def _syncs_buffers(self) -> bool:
+        return bool(self._ddp_kwargs.get("forward_sync_buffers", self._ddp_kwargs.get("broadcast_buffers", True)))
 
     def manual_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """The unwrapped module of manual optimization: average what each backward adds, as DDP would in it.
