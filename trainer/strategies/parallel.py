@@ -150,14 +150,17 @@ class ParallelStrategy(Strategy):
         base.set_timeout(self.timeout)  # later store use (NCCL's lazy communicators) gets the long timeout
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
-        """Rank 0's values into every rank's tensors, in one flat broadcast."""
-        if not tensors:
-            return
+        """Rank 0's values into every rank's tensors, one flat broadcast per dtype (one flat tensor of
+        mixed dtypes would round an int64 counter or a float64 buffer through float32)."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for tensor in tensors:
+            by_dtype.setdefault(tensor.dtype, []).append(tensor.detach())
         with torch.no_grad(), self._collective("broadcast of rank 0's weights and buffers"):
-            flat = _flatten_dense_tensors([t.detach() for t in tensors])
-            dist.broadcast(flat, src=0)
-            for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
-                tensor.copy_(synced)
+            for group in by_dtype.values():
+                flat = _flatten_dense_tensors(group)
+                dist.broadcast(flat, src=0)
+                for tensor, synced in zip(group, _unflatten_dense_tensors(flat, group)):
+                    tensor.copy_(synced)
 
     def teardown(self) -> None:
         """End of a stage: drop the wrapper, keep the process group.
