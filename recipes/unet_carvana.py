@@ -110,7 +110,9 @@ class UNetSegmentation(trainer.Module):
         if self._samples is None or self.trainer.sanity_checking or not self.trainer.is_global_zero:
             return
         images, masks, predictions = self._samples
-        path = self.trainer.log_dir / "samples" / f"epoch{self.current_epoch:03d}.png"
+        path = (
+            self.trainer.log_dir / "samples" / f"epoch{self.current_epoch:03d}-step{self.global_step:06d}.png"
+        )  # several validations per epoch
         save_sample_grid(path, images, masks, predictions)
         for logger in self.trainer.loggers:
             logger.log_image(

@@ -118,7 +118,7 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
     assert [float(r["val_dice"]) for r in rows if r["val_dice"]] == [pytest.approx(dice, abs=1e-4)]
 
     samples = Path(printed(r"^sample masks\s+: (.+)$", out))
-    with Image.open(samples / "epoch000.png") as grid:  # 2 validation images, image | mask | prediction
+    with Image.open(samples / "epoch000-step000003.png") as grid:  # 2 validation images, image | mask | prediction
         assert grid.size == (3 * W // 2, 2 * H // 2)
 
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -143,7 +143,7 @@ def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytes
     state = load_checkpoint(last)
     assert (state["epoch"], state["global_step"]) == (1, 6)
     assert (run / "checkpoints" / "epoch=1-step=6.ckpt").is_file()
-    assert (run / "samples" / "epoch001.png").is_file()
+    assert (run / "samples" / "epoch001-step000006.png").is_file()
     # The resumed run kept writing to the first run's metrics: epoch 0 rows, then epoch 1 rows.
     rows = read_metrics(run / "metrics.csv")
     assert [r["step"] for r in rows if r["train_loss"]] == ["1", "2", "3", "4", "5", "6"]
@@ -337,7 +337,7 @@ def test_unet_fit_under_two_rank_ddp(tmp_path: Path) -> None:
     assert state["loops"]["data"]["world_size"] == 2
     assert state["global_step"] == 3  # 22 training images / (4 per rank x 2 ranks) -> 3 batches
     assert {"train_loss", "val_dice"} <= read_metrics(run / "metrics.csv")[0].keys()
-    assert (run / "samples" / "epoch000.png").is_file() and (run / "config.yaml").is_file()
+    assert (run / "samples" / "epoch000-step000003.png").is_file() and (run / "config.yaml").is_file()
     files = sorted(p.name for p in (tmp_path / "carvana").rglob("*") if p.is_file())
     assert len(files) == 48 and not [f for f in files if f.endswith(".tmp")]  # generated once, completely
 
