@@ -264,6 +264,10 @@ def test_one_rank_group_runs_a_step_and_outlives_the_stage_until_destroyed() -> 
         assert list(strategy.module_state_dict()) == ["lin.weight", "lin.bias"]
         assert strategy.gather_objects("x") == ["x"]
         assert strategy.reduce_boolean_decision(True) and not strategy.reduce_boolean_decision(False)
+        assert strategy.start_boolean_decision(True)() and not strategy.start_boolean_decision(False)()
+        counter = torch.tensor([2**40 + 1])
+        strategy._broadcast([counter, torch.ones(2)])  # one flat tensor of both would be float32: rounded
+        assert counter.item() == 2**40 + 1
     finally:
         strategy.teardown()
     assert torch.distributed.is_initialized() and strategy.model is None  # a later stage still needs the group

@@ -37,6 +37,7 @@ from trainer.signals import catch_stop_signals, start_iterator
 
 if TYPE_CHECKING:
     from trainer.module import Module
+    from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
 
 SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
@@ -324,8 +325,14 @@ class FitLoop:
         batches = self._batches(loader, skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
-        # Several ranks agree on a stop every few batches (a collective each batch would cost time).
-        agree = trainer.strategy.reduce_boolean_decision if trainer.world_size > 1 else None
+        votes = _StopVotes(trainer.strategy) if trainer.world_size > 1 else None
+        completed = self._batch_loop(calls, batches, skip, votes)
+        if votes is not None:
+            votes.finish()  # not on an exception: another rank may be gone, and the job ends anyway
+        return completed
+
+    def _batch_loop(self, calls: _BatchCalls, batches: Iterator[Any], skip: int, votes: _StopVotes | None) -> bool:
+        progress, trainer = self.progress, self.trainer
         limit = self.num_training_batches
         train_batch = self._batch_runner(calls)
         batch_idx = skip - 1
@@ -338,8 +345,8 @@ class FitLoop:
             if calls.followups:
                 self._finish_batch(batch_idx)
             stop = self.signal_received is not None
-            if agree is not None:
-                stop = batch_idx % SIGNAL_CHECK_EVERY == 0 and agree(stop)
+            if votes is not None:
+                stop = votes.after_batch(batch_idx, stop)
             if stop:
                 self.signal_received = self.signal_received or "SIGTERM"
                 return False
@@ -620,6 +627,34 @@ class FitLoop:
         """After the run: the graph head kept between steps is only worth keeping between steps."""
         if isinstance(self.step, AutomaticStep) and self.step.step_loss is not None:
             self.step.step_loss = self.step.step_loss.detach()
+
+
+class _StopVotes:
+    """Several ranks agree on a stop signal every ``SIGNAL_CHECK_EVERY`` batches without waiting for it:
+    the vote started after one batch is read after the next, its latency hidden behind that batch.
+
+    Every rank starts and reads each vote at the same batch, so all stop at the same one (at most
+    ``SIGNAL_CHECK_EVERY + 1`` batches after the signal); the epoch's end decides once more, waiting.
+    """
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.start = strategy.start_boolean_decision
+        self.pending: Callable[[], bool] | None = None
+
+    def after_batch(self, batch_idx: int, stop: bool) -> bool:
+        pending = self.pending
+        if pending is not None:
+            self.pending = None
+            return pending()
+        if batch_idx % SIGNAL_CHECK_EVERY == 0:
+            self.pending = self.start(stop)
+        return False
+
+    def finish(self) -> None:
+        """Read a vote still open when the loop ended (its answer is asked again at the epoch's end)."""
+        if self.pending is not None:
+            self.pending()
+            self.pending = None
 
 
 class _BatchCalls:

@@ -179,6 +179,15 @@ class Strategy(ABC):
         """True on every rank if it is True on any rank (collective)."""
         return flag
 
+    def start_boolean_decision(self, flag: bool) -> Callable[[], bool]:
+        """``reduce_boolean_decision`` started now and read when the returned function is called.
+
+        Every rank must start and read it at the same point. A loop that starts it after one batch and
+        reads it after the next hides the collective's latency behind that batch's work.
+        """
+        decision = self.reduce_boolean_decision(flag)
+        return lambda: decision
+
     # ---- checkpoints ---------------------------------------------------------------------
     def module_state_dict(self) -> dict[str, torch.Tensor]:
         """The user's module's state, never with a wrapper's prefix."""

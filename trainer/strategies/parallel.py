@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -260,6 +260,20 @@ class ParallelStrategy(Strategy):
         with self._collective("all_reduce (the ranks deciding together whether to stop)"):
             dist.all_reduce(votes)
         return bool(votes.item() > 0)
+
+    def start_boolean_decision(self, flag: bool) -> Callable[[], bool]:
+        """The all_reduce runs in the background (gloo's threads, NCCL's stream) until it is read."""
+        votes = self._to_comm_device(torch.tensor(int(flag)))
+        what = "all_reduce (the ranks deciding together whether to stop)"
+        with self._collective(what):
+            work = dist.all_reduce(votes, async_op=True)
+
+        def read() -> bool:
+            with self._collective(what):
+                work.wait()
+            return bool(votes.item() > 0)
+
+        return read
 
     def barrier(self) -> None:
         if dist.is_initialized():
