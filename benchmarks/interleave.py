@@ -28,3 +28,13 @@ def round_ratios(base: list[float], ours: list[float]) -> tuple[float, float, fl
     shared machine, and the median of per-round ratios ignores those where a ratio of medians may not."""
     ratios = [o / b for o, b in zip(ours, base, strict=True)]
     return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def byte_compile_trainer() -> None:
+    """Write the package's ``.pyc`` files, as ``pip install`` does and a first import does unless
+    ``PYTHONDONTWRITEBYTECODE`` is set (it is on some machines, this one included): otherwise each
+    fresh interpreter compiles ``trainer`` from source (~0.1 s) while torch loads its bytecode."""
+    import compileall
+    from pathlib import Path
+
+    compileall.compile_dir(Path(__file__).resolve().parent.parent / "trainer", quiet=1)
