@@ -247,6 +247,22 @@ class Job:
                 self._changed.wait(timeout=min(self.left(deadline), 0.5))
         return True
 
+    def printed_pids(self, prefix: str) -> list[int]:
+        """The pids printed after ``prefix`` (e.g. ``PID1=``), wherever they stand in a line: two ranks
+        share the pipe, and unbuffered output interleaves one rank's text with the other's newline."""
+        with self._changed:
+            text = "\n".join(self.lines)
+        return [int(pid) for pid in re.findall(rf"{re.escape(prefix)}(\d+)", text)]
+
+    def wait_for_pid(self, prefix: str, deadline: float) -> bool:
+        """Until a pid follows ``prefix`` in the output; False if the job ended or the deadline came first."""
+        with self._changed:
+            while not self.printed_pids(prefix):
+                if self.eof or self.left(deadline) <= 0:
+                    return False
+                self._changed.wait(timeout=min(self.left(deadline), 0.5))
+        return True
+
     def wait_for_file(self, pattern: str, size: int, deadline: float) -> bool:
         """Poll (every 0.2 ms: a save lasts milliseconds) until ``pattern`` matches a file of ``size`` bytes."""
         full = str(self.folder / pattern)
@@ -262,8 +278,7 @@ class Job:
             return
         pid = self.proc.pid
         if sig.to != "main":
-            printed = [line for line in self.lines if line.startswith(sig.to)]
-            pid = int(printed[-1][len(sig.to) :])
+            pid = self.printed_pids(sig.to)[-1]
         os.kill(pid, sig.signum)
 
     def inject(self, signals: tuple[Signal, ...], deadline: float) -> str | None:
@@ -271,7 +286,7 @@ class Job:
         for sig in signals:
             if sig.after is not None and not self.wait_for_lines(sig.after, sig.count, deadline):
                 return f"{sig.after!r} was never printed {sig.count} time(s)"
-            if sig.to.endswith("=") and not self.wait_for_lines(sig.to, 1, deadline):
+            if sig.to.endswith("=") and not self.wait_for_pid(sig.to, deadline):
                 return f"no {sig.to!r} line to read the pid from"
             if sig.file is not None and not self.wait_for_file(sig.file, sig.file_bytes, deadline):
                 return f"{sig.file!r} never appeared while the job ran"
