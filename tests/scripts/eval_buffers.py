@@ -1,17 +1,17 @@
 """BatchNorm statistics at validation under DDP, for the 2-rank test in tests/strategies/test_ddp_integration.py.
 
-    python eval_buffers.py OUT
+    python eval_buffers.py OUT [ddp|fsdp]
 
 Each rank trains on its own samples, so its last training forward leaves its BatchNorm running
 statistics apart from the other rank's. Every validation then records, on each rank, the running
 mean it evaluates with; rank 0 writes them (one row per validation, one column per rank) to OUT
-as JSON, with the running mean rank 0 saved in its last checkpoint.
+as JSON, with the running mean in the last checkpoint (a file under ddp, a sharded folder under fsdp).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +44,18 @@ class Normed(trainer.Module):
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("strategy", nargs="?", default="ddp")
+    args = parser.parse_args()
+    out = args.out
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 4, generator=g) * torch.arange(1, 65).unsqueeze(1) / 16  # ranks' samples differ in scale
     data = TensorDataset(x, x.sum(dim=1, keepdim=True))
     module = Normed()
     fit = trainer.Trainer(
         accelerator="cpu",
-        strategy="ddp",
+        strategy=args.strategy,
         devices=2,
         max_epochs=2,
         default_root_dir=str(out.parent),
@@ -63,7 +67,7 @@ def main() -> None:
     fit.fit(module, DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
     seen = fit.strategy.gather_objects(module.seen)
     if fit.is_global_zero:
-        saved = torch.load(fit.checkpoint_callback.last_model_path, weights_only=True)["state_dict"]
+        saved = fit.strategy.load_checkpoint(Path(fit.checkpoint_callback.last_model_path))["state_dict"]
         rows = [[per_rank[i] for per_rank in seen] for i in range(len(seen[0]))]
         out.write_text(json.dumps({"seen": rows, "saved": saved["net.1.running_mean"].tolist()}))
 

@@ -221,12 +221,13 @@ def test_sync_batchnorm_2x4_matches_batchnorm_1x8(
 
 
 @pytest.mark.slow
-def test_every_rank_validates_with_rank_zeros_batchnorm_statistics(tmp_path: Path) -> None:
-    """Each rank's last training forward updates its BatchNorm statistics with its own batch; validation
-    must use rank 0's (what DDP's forward broadcasts, and what rank 0 checkpoints), as in Lightning."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_every_rank_validates_with_rank_zeros_batchnorm_statistics(tmp_path: Path, strategy: str) -> None:
+    """Each rank's training forwards update its BatchNorm statistics with its own batches; validation
+    must use rank 0's (what DDP's forward broadcasts, and what the checkpoint holds), as in Lightning."""
     out = tmp_path / "out.json"
     script = Path(__file__).parents[1] / "scripts" / "eval_buffers.py"
-    finished = run_python([str(script), str(out)])
+    finished = run_python([str(script), str(out), strategy])
     assert finished.returncode == 0, finished.output
     r = load(out)
     assert len(r["seen"]) == 2  # one validation per epoch
