@@ -60,6 +60,7 @@ class DDPStrategy(ParallelStrategy):
             start_method=start_method,
         )
         self.sync_batchnorm = sync_batchnorm
+        self.syncs_buffers = broadcast_buffers  # per forward in training, once per evaluation loop
         self._params: list[nn.Parameter] = []  # the wrapped module's, and which of them DDP reduces
         self._trainable: list[bool] = []
         self._ddp_kwargs: dict[str, Any] = {
@@ -101,12 +102,8 @@ class DDPStrategy(ParallelStrategy):
 
     # ---- the step ------------------------------------------------------------------------
     def step_function(self, stage: Stage) -> Callable[..., Any]:
-        """Training goes through DDP's forward. An evaluation loop first takes rank 0's buffers (e.g.
-        BatchNorm statistics, which each rank's last training forward updated with its own batch), as
-        DDP's forward would: every rank then evaluates the model rank 0 saves, as in Lightning."""
+        """Training goes through DDP's forward; evaluation is ``ParallelStrategy``'s (rank 0's buffers first)."""
         if stage != "training":
-            if self._syncs_buffers and self.module is not None:
-                self._broadcast(list(self.module.buffers()))
             return super().step_function(stage)
         assert self.model is not None, "setup_module() must run before a step"
         if isinstance(self.model, DistributedDataParallel):
@@ -127,13 +124,9 @@ class DDPStrategy(ParallelStrategy):
 
     def _manual_training_step(self, batch: Any, batch_idx: int) -> Any:
         assert self.module is not None
-        if self._syncs_buffers:
+        if self.syncs_buffers:
             self._broadcast(list(self.module.buffers()))
         return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
-
-    @property
-    def _syncs_buffers(self) -> bool:
-        return bool(self._ddp_kwargs.get("forward_sync_buffers", self._ddp_kwargs.get("broadcast_buffers", True)))
 
     def manual_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """The unwrapped module of manual optimization: average what each backward adds, as DDP would in it.

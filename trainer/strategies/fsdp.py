@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +41,6 @@ from trainer.checkpoint import sharded
 from trainer.checkpoint.io import extract_state_dict, strip_prefixes
 from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
 from trainer.precision import Precision
-from trainer.strategies.base import Stage
 from trainer.strategies.parallel import ParallelStrategy
 
 _STEPS = ("training_step", "validation_step", "test_step", "predict_step")
@@ -116,15 +115,6 @@ class FSDPStrategy(ParallelStrategy):
         _register_steps(module)
         self.module = self.model = module
         return module
-
-    def step_function(self, stage: Stage) -> Callable[..., Any]:
-        """An evaluation loop first takes rank 0's buffers. FSDP shards parameters only, and nothing syncs
-        buffers in training, so each rank's BatchNorm statistics follow its own batches; evaluating with
-        rank 0's means every rank scores one model, the one DDP would score (DDP broadcasts rank 0's in
-        every forward), and checkpoints written after it hold one copy."""
-        if stage != "training" and self.module is not None:
-            self._broadcast([b for b in self.module.buffers() if not isinstance(b, DTensor)])
-        return super().step_function(stage)
 
     def _shard(self, module: nn.Module) -> None:
         mesh = self.device_mesh()

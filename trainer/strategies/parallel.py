@@ -27,7 +27,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 import trainer.launch as launch
 import trainer.supervise as supervise
-from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Strategy
+from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
 
 _COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
 _ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
@@ -148,6 +148,17 @@ class ParallelStrategy(Strategy):
         )
         sys.excepthook = hook
         base.set_timeout(self.timeout)  # later store use (NCCL's lazy communicators) gets the long timeout
+
+    syncs_buffers = True  # evaluation starts from rank 0's buffers (DDP: unless broadcast_buffers=False)
+
+    def step_function(self, stage: Stage) -> Callable[..., Any]:
+        """An evaluation loop first takes rank 0's buffers: each rank's training batches move its
+        BatchNorm statistics apart (DDP syncs them in every forward, FSDP never), and every rank must
+        score one model, the one the checkpoint holds, as in Lightning. A DTensor buffer (split across
+        ranks, not replicated) is left alone."""
+        if stage != "training" and self.syncs_buffers and self.module is not None:
+            self._broadcast([b for b in self.module.buffers() if type(b) is torch.Tensor])
+        return super().step_function(stage)
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
         """Rank 0's values into every rank's tensors, one flat broadcast per dtype (one flat tensor of
