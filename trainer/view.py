@@ -40,6 +40,8 @@ class OptimizationView(Protocol):
 class FitLoopView(Protocol):
     """What the fit loop shows: its counters, its optimizers, and what a checkpoint records of it."""
 
+    loader_restarts: bool  # the resumed epoch's loader starts from its first batch (a Lightning checkpoint's)
+
     @property
     def progress(self) -> Progress: ...
     @property

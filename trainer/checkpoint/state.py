@@ -111,83 +111,10 @@ def _version() -> str:
     return __version__
 
 
-# ---- restoring -----------------------------------------------------------------------------------------
+# ---- reading (restoring is ``trainer.checkpoint.restore``) ------------------------------------------------
 def read_checkpoint(trainer: TrainerView, path: Path) -> dict[str, Any]:
     """Load the file (weights_only) and bring an older format to this one."""
     return _upgrade(trainer.strategy.load_checkpoint(path))
-
-
-def restore_module_and_callbacks(trainer: TrainerView, checkpoint: dict[str, Any], fitting: bool) -> None:
-    """Weights, then the module's ``on_load_checkpoint``; when fitting, each callback's hook and state
-    (Lightning's order: before ``configure_optimizers``)."""
-    module = trainer.lightning_module
-    trainer.strategy.load_module_weights(module, checkpoint)
-    module.on_load_checkpoint(checkpoint)
-    if not fitting:
-        return
-    saved = checkpoint.get("callbacks", {})
-    for cb in trainer.callbacks:
-        cb.on_load_checkpoint(trainer, module, checkpoint)
-        if cb.state_key in saved:
-            cb.load_state_dict(saved[cb.state_key])
-
-
-def restore_training(trainer: TrainerView, checkpoint: dict[str, Any], path: Path) -> None:
-    """Scaler, the loop's progress and position, RNG, metrics and loggers (``restore_optimizers`` does the rest)."""
-    if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
-        raise ValueError(
-            f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
-            "trainer.checkpoint.load_weights(module, path) before fit() instead."
-        )
-    fit = trainer.fit_loop
-    optimization = fit.optimization
-    assert optimization is not None
-    _check_optimizer_classes(path, checkpoint.get("optimizer_classes"), optimization.optimizers)
-    trainer.precision.load_state_dict(checkpoint["precision"])
-    fit.progress.load_state_dict(checkpoint["loops"]["fit"])
-    fit.load_data_state(checkpoint["loops"]["data"], path)
-    fit.load_rank_state(checkpoint["ranks"], checkpoint["loops"]["data"].get("world_size", 1), path)
-    trainer.metric_log.callback_metrics.update(checkpoint.get("callback_metrics", {}))
-    if trainer.is_global_zero:
-        for lg, lg_state in zip(trainer.loggers, checkpoint.get("loggers", [])):
-            lg.load_state_dict(lg_state)
-
-
-def restore_optimizers(trainer: TrainerView, checkpoint: dict[str, Any], path: Path) -> None:
-    """Optimizer and scheduler states; after ``on_fit_start`` (Lightning's order), where a callback may first
-    rebuild what they hold, such as the parameter groups ``BaseFinetuning`` added."""
-    optimization = trainer.fit_loop.optimization
-    assert optimization is not None
-    _restore_list("optimizer state", path, checkpoint["optimizer_states"], optimization.optimizers, trainer)
-    schedulers = [config.scheduler for config in optimization.lr_scheduler_configs]
-    _restore_list("LR scheduler", path, checkpoint["lr_schedulers"], schedulers, trainer)
-
-
-def _check_optimizer_classes(path: Path, saved: list[str] | None, optimizers: list[Any]) -> None:
-    now = [type(opt).__name__ for opt in optimizers]
-    if saved is not None and len(saved) == len(now) and saved != now:
-        raise ValueError(
-            f"{path} holds the state of {saved} but configure_optimizers() made {now}: an optimizer's state only "
-            "fits its own kind. Resume with the same optimizers, or load the weights alone "
-            "(trainer.checkpoint.load_weights(module, path)) and start a new run."
-        )
-
-
-def _restore_list(what: str, path: Path, saved: list[Any], current: list[Any], trainer: TrainerView) -> None:
-    if len(saved) != len(current):
-        raise ValueError(f"{path} has {len(saved)} {what}(s) but configure_optimizers() made {len(current)}.")
-    for i, (target, state) in enumerate(zip(current, saved)):
-        try:
-            if what == "optimizer state":
-                trainer.strategy.load_optimizer_state(target, state)
-            else:
-                target.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, RuntimeError) as err:
-            raise ValueError(
-                f"{path}: {what} {i} does not fit {type(target).__name__} ({type(err).__name__}: {err}). Was "
-                "configure_optimizers() changed since the checkpoint? Resume with the same optimizers and "
-                "schedulers, or load the weights alone and start a new run."
-            ) from err
 
 
 def _upgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +166,4 @@ __all__ = [
     "load_checkpoint",
     "read_checkpoint",
     "resolve_checkpoint_path",
-    "restore_module_and_callbacks",
-    "restore_optimizers",
-    "restore_training",
 ]

@@ -36,6 +36,7 @@ from trainer.seed import rng_state, set_rng_state
 from trainer.signals import catch_stop_signals, start_iterator
 
 if TYPE_CHECKING:
+    from trainer.checkpoint.restore import Restore
     from trainer.module import Module
     from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
@@ -63,7 +64,8 @@ class FitLoop:
         self.signal_received: str | None = None
         self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
         self.resumed = False
-        self._checkpoint: tuple[dict[str, Any], Path] | None = None  # read; optimizer states not loaded yet
+        self._restore: Restore | None = None  # read; its training phase (optimizer states) not loaded yet
+        self.loader_restarts = False  # resuming a Lightning mid-epoch checkpoint: the loader starts over, as there
         self.is_last_batch = False  # the batch being trained is the epoch's last
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
@@ -96,7 +98,8 @@ class FitLoop:
 
     def _reset(self) -> None:
         self.progress = Progress()
-        self._checkpoint = None
+        self._restore = None
+        self.loader_restarts = False
         self.train_dataloader = None
         self.loader_epoch = 0
         self.loader_rng = self.saved_loader_rng = None
@@ -109,7 +112,7 @@ class FitLoop:
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
-        from trainer.checkpoint.state import read_checkpoint, restore_module_and_callbacks
+        from trainer.checkpoint.restore import Phase, open_checkpoint
         from trainer.optim import parse_optimizers
 
         trainer = self.trainer
@@ -123,9 +126,9 @@ class FitLoop:
         self.raw_train = train_loader
         check_output_folders(trainer)
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
-        checkpoint = read_checkpoint(trainer, path) if path is not None else None
-        if checkpoint is not None:
-            restore_module_and_callbacks(trainer, checkpoint, fitting=True)
+        restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
+        if restore is not None:
+            restore.load(Phase.MODULE)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
         optimizers, schedulers = parse_optimizers(module.configure_optimizers())
@@ -137,12 +140,9 @@ class FitLoop:
             else (ManualStep(trainer))
         )
         self.data_seed = int(strategy.broadcast(torch.initial_seed()))
-        if checkpoint is not None:
-            from trainer.checkpoint.state import restore_training
-
-            assert path is not None
-            restore_training(trainer, checkpoint, path)
-            self._checkpoint = (checkpoint, path)  # optimizer states: after on_fit_start
+        if restore is not None:
+            restore.load(Phase.LOOP)
+            self._restore = restore  # optimizer states: after on_fit_start
             self.resumed = True
             train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
         self._prepare_data(train_loader, val_loaders)
@@ -154,15 +154,16 @@ class FitLoop:
     def _restore_optimizers(self) -> None:
         """Lightning's order: callbacks' ``on_fit_start`` first, so they can rebuild what the saved states
         hold (``BaseFinetuning`` re-adds the parameter groups it added) before the states are loaded."""
-        if self._checkpoint is not None:
-            from trainer.checkpoint.state import restore_optimizers
+        if self._restore is not None:
+            from trainer.checkpoint.restore import Phase
 
-            checkpoint, path = self._checkpoint
-            self._checkpoint = None
-            restore_optimizers(self.trainer, checkpoint, path)
+            restore, self._restore = self._restore, None
+            restore.load(Phase.TRAINING)
             if self.trainer.is_global_zero:
                 progress = self.progress
-                print(f"steadytrain: resumed from {path} at epoch {progress.epoch}, step {progress.global_step}.")
+                print(
+                    f"steadytrain: resumed from {restore.path} at epoch {progress.epoch}, step {progress.global_step}."
+                )
 
     # ---- the loaders, requested again every n epochs (reload_dataloaders_every_n_epochs) ---------------
     def _check_reload_source(self) -> None:
@@ -315,14 +316,16 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         skip = progress.batches_done
-        loader = self._epoch_loader(skip)
+        data_skip = 0 if self.loader_restarts else skip  # Lightning's resume reads its loader from the start
+        self.loader_restarts = False
+        loader = self._epoch_loader(data_skip)
         trainer.lightning_module.train()
         trainer.metric_log.start("train")
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
         calls = _BatchCalls(trainer, self.step, self._may_follow_batches())
-        batches = self._batches(loader, skip)
+        batches = self._batches(loader, data_skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
         votes = _StopVotes(trainer.strategy) if trainer.world_size > 1 else None

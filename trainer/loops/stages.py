@@ -109,7 +109,8 @@ def _best_of_previous_fit(trainer: TrainerView, fn: str) -> str | None:
 
 def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     """``ckpt_path``: a file, "last" (newest checkpoint), "best" (the ModelCheckpoint's best), or None."""
-    from trainer.checkpoint.state import read_checkpoint, resolve_checkpoint_path, restore_module_and_callbacks
+    from trainer.checkpoint.restore import Phase, open_checkpoint
+    from trainer.checkpoint.state import resolve_checkpoint_path
 
     if ckpt_path is None:
         return
@@ -125,7 +126,7 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     else:
         path = resolve_checkpoint_path(trainer, ckpt_path)
     if path is not None:
-        restore_module_and_callbacks(trainer, read_checkpoint(trainer, path), fitting=False)
+        open_checkpoint(trainer, path, fitting=False).load(Phase.MODULE)
 
 
 def _table(fn: str, results: list[dict[str, float]]) -> str:

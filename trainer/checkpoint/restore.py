@@ -1,0 +1,278 @@
+"""Putting a run back from a checkpoint: one registry of the run's stateful parts, loaded in phases.
+
+Each part (the module, the callbacks, the precision's scaler, the loop's progress, the data
+position, the ranks' RNG, the metrics, the loggers, the optimizers and the schedulers) is a small
+object with ``state_dict``/``load_state_dict`` over what the Trainer holds, and a phase: the
+moment of ``fit`` at which what it loads into exists and nothing has read it yet (the shape of
+torchtitan's checkpoint manager, with Lightning's ordering points as phases). A reader per schema
+(ours below, Lightning's in ``lightning_schema``) turns a file into one state per part and
+refuses, before anything loads, a file it cannot read fully: a run is never half-restored.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from trainer.view import TrainerView
+
+
+class Phase(enum.Enum):
+    """When a part loads during ``fit`` (validate/test/predict load the module alone, at set-up)."""
+
+    MODULE = "module"  # Lightning's first point: before configure_optimizers (weights, then callbacks)
+    LOOP = "loop"  # after configure_optimizers: what the data set-up reads (progress, position, RNG)
+    TRAINING = "training"  # Lightning's second point: after on_fit_start (optimizer and scheduler states)
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> Any: ...
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    phase: Phase
+    make: Callable[[TrainerView, Path], Stateful]  # built when its phase comes: what it loads into exists then
+    fitting_only: bool = True
+    global_zero_only: bool = False
+
+
+class _Module:
+    """The weights (through the strategy, before it wraps the module), then the module's ``on_load_checkpoint``
+    with the whole checkpoint, as Lightning passes it."""
+
+    def __init__(self, trainer: TrainerView) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state_dict": self.trainer.strategy.module_state_dict()}
+
+    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+        module = self.trainer.lightning_module
+        self.trainer.strategy.load_module_weights(module, checkpoint)
+        module.on_load_checkpoint(checkpoint)
+
+
+class _Callbacks:
+    """Each callback's ``on_load_checkpoint`` and its state, by ``state_key`` (states hold ``checkpoint`` too)."""
+
+    def __init__(self, trainer: TrainerView) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {cb.state_key: cb.state_dict() for cb in self.trainer.callbacks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        trainer, saved = self.trainer, state["states"]
+        for cb in trainer.callbacks:
+            cb.on_load_checkpoint(trainer, trainer.lightning_module, state["checkpoint"])
+            if cb.state_key in saved:
+                cb.load_state_dict(saved[cb.state_key])
+
+
+class _OptimizerKinds:
+    """Checked before the training state loads: an optimizer's state only fits its own kind."""
+
+    def __init__(self, trainer: TrainerView, path: Path) -> None:
+        self.trainer, self.path = trainer, path
+
+    def state_dict(self) -> list[str]:
+        return [type(opt).__name__ for opt in _optimization(self.trainer).optimizers]
+
+    def load_state_dict(self, saved: list[str] | None) -> None:
+        now = self.state_dict()
+        if saved is not None and len(saved) == len(now) and saved != now:
+            raise ValueError(
+                f"{self.path} holds the state of {saved} but configure_optimizers() made {now}: an optimizer's state "
+                "only fits its own kind. Resume with the same optimizers, or load the weights alone "
+                "(trainer.checkpoint.load_weights(module, path)) and start a new run."
+            )
+
+
+class _Data:
+    """The data position and what it depends on; ``loader_restarts``: the resumed epoch's loader starts from its
+    first batch, where Lightning's own resume of a loader without ``state_dict`` goes on."""
+
+    def __init__(self, trainer: TrainerView, path: Path) -> None:
+        self.trainer, self.path = trainer, path
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.fit_loop.data_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        fit = self.trainer.fit_loop
+        fit.load_data_state(state, self.path)
+        fit.loader_restarts = bool(state.get("loader_restarts", False))
+
+
+class _Ranks:
+    """Every rank's RNG, its epoch's RNG and an open accumulation window's gradients (None: not saved, the
+    process's RNG goes on as it is, as under Lightning)."""
+
+    def __init__(self, trainer: TrainerView, path: Path) -> None:
+        self.trainer, self.path = trainer, path
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ranks": self.trainer.strategy.gather_objects(self.trainer.fit_loop.rank_state())}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.trainer.fit_loop.load_rank_state(state["ranks"], state["world_size"], self.path)
+
+
+class _Metrics:
+    def __init__(self, trainer: TrainerView) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu() for k, v in self.trainer.callback_metrics.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.metric_log.callback_metrics.update(state)
+
+
+class _Loggers:
+    def __init__(self, trainer: TrainerView) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [lg.state_dict() for lg in self.trainer.loggers]
+
+    def load_state_dict(self, state: list[dict[str, Any]]) -> None:
+        for lg, lg_state in zip(self.trainer.loggers, state):
+            lg.load_state_dict(lg_state)
+
+
+class _DataModule:
+    """A DataModule's own ``state_dict`` (Lightning saves it; ours has none to save)."""
+
+    def __init__(self, trainer: TrainerView) -> None:
+        self.datamodule = getattr(trainer, "datamodule", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.datamodule.state_dict() if self.datamodule is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state and self.datamodule is not None:
+            self.datamodule.load_state_dict(state)
+
+
+class _Listed:
+    """The optimizers' or the schedulers' states, one per object ``configure_optimizers()`` made."""
+
+    def __init__(self, trainer: TrainerView, path: Path, what: str) -> None:
+        self.trainer, self.path, self.what = trainer, path, what
+
+    def targets(self) -> list[Any]:
+        optimization = _optimization(self.trainer)
+        if self.what == "optimizer state":
+            return list(optimization.optimizers)
+        return [config.scheduler for config in optimization.lr_scheduler_configs]
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        if self.what == "optimizer state":
+            return [self.trainer.strategy.optimizer_state(opt) for opt in self.targets()]
+        return [target.state_dict() for target in self.targets()]
+
+    def load_state_dict(self, saved: list[dict[str, Any]]) -> None:
+        current, what, path = self.targets(), self.what, self.path
+        if len(saved) != len(current):
+            raise ValueError(f"{path} has {len(saved)} {what}(s) but configure_optimizers() made {len(current)}.")
+        for i, (target, state) in enumerate(zip(current, saved)):
+            try:
+                if what == "optimizer state":
+                    self.trainer.strategy.load_optimizer_state(target, state)
+                else:
+                    target.load_state_dict(state)
+            except (KeyError, ValueError, TypeError, RuntimeError) as err:
+                raise ValueError(
+                    f"{path}: {what} {i} does not fit {type(target).__name__} ({type(err).__name__}: {err}). Was "
+                    "configure_optimizers() changed since the checkpoint? Resume with the same optimizers and "
+                    "schedulers, or load the weights alone and start a new run."
+                ) from err
+
+
+def _optimization(trainer: TrainerView) -> Any:
+    optimization = trainer.fit_loop.optimization
+    assert optimization is not None, "the training state loads after configure_optimizers()"
+    return optimization
+
+
+# The registry, in load order within each phase (the order our checkpoints have always loaded in).
+PARTS: tuple[Part, ...] = (
+    Part("module", Phase.MODULE, lambda t, p: _Module(t), fitting_only=False),
+    Part("callbacks", Phase.MODULE, lambda t, p: _Callbacks(t)),
+    Part("optimizer_kinds", Phase.LOOP, _OptimizerKinds),
+    Part("precision", Phase.LOOP, lambda t, p: t.precision),
+    Part("progress", Phase.LOOP, lambda t, p: t.fit_loop.progress),
+    Part("data", Phase.LOOP, _Data),
+    Part("ranks", Phase.LOOP, _Ranks),
+    Part("datamodule", Phase.LOOP, lambda t, p: _DataModule(t)),
+    Part("metrics", Phase.LOOP, lambda t, p: _Metrics(t)),
+    Part("loggers", Phase.LOOP, lambda t, p: _Loggers(t), global_zero_only=True),
+    Part("optimizers", Phase.TRAINING, lambda t, p: _Listed(t, p, "optimizer state")),
+    Part("schedulers", Phase.TRAINING, lambda t, p: _Listed(t, p, "LR scheduler")),
+)
+PART_NAMES = frozenset(part.name for part in PARTS)
+
+
+class Restore:
+    """A checkpoint read and checked whole, whose parts load phase by phase (``load(Phase.X)``)."""
+
+    def __init__(self, trainer: TrainerView, path: Path, states: dict[str, Any], fitting: bool, schema: str) -> None:
+        unknown = set(states) - PART_NAMES
+        assert not unknown, f"a reader produced states for no part: {sorted(unknown)}"
+        self.trainer, self.path, self.states, self.fitting, self.schema = trainer, path, states, fitting, schema
+
+    def load(self, phase: Phase) -> None:
+        trainer = self.trainer
+        for part in PARTS:
+            if part.phase is not phase or part.name not in self.states or (part.fitting_only and not self.fitting):
+                continue
+            if part.global_zero_only and not trainer.is_global_zero:
+                continue
+            part.make(trainer, self.path).load_state_dict(self.states[part.name])
+
+
+def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
+    """Read ``path`` (weights_only) with the reader of its schema; refuses here what cannot be restored."""
+    from trainer.checkpoint import lightning_schema
+    from trainer.checkpoint.state import read_checkpoint
+
+    checkpoint = read_checkpoint(trainer, path)
+    if lightning_schema.is_lightning(checkpoint):
+        return Restore(trainer, path, lightning_schema.read(trainer, checkpoint, path, fitting), fitting, "lightning")
+    return Restore(trainer, path, read_ours(checkpoint, path, fitting), fitting, "steadytrain")
+
+
+def read_ours(checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
+    """Our schema (``state.Checkpoint``) as one state per part."""
+    from trainer.checkpoint.state import FORMAT
+
+    if not fitting:
+        return {"module": checkpoint}
+    if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
+        raise ValueError(
+            f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
+            "trainer.checkpoint.load_weights(module, path) before fit() instead."
+        )
+    data = checkpoint["loops"]["data"]
+    return {
+        "module": checkpoint,
+        "callbacks": {"states": checkpoint.get("callbacks", {}), "checkpoint": checkpoint},
+        "optimizer_kinds": checkpoint.get("optimizer_classes"),
+        "precision": checkpoint["precision"],
+        "progress": checkpoint["loops"]["fit"],
+        "data": data,
+        "ranks": {"ranks": checkpoint["ranks"], "world_size": data.get("world_size", 1)},
+        "metrics": checkpoint.get("callback_metrics", {}),
+        "loggers": checkpoint.get("loggers", []),
+        "optimizers": checkpoint["optimizer_states"],
+        "schedulers": checkpoint["lr_schedulers"],
+    }
