@@ -187,3 +187,53 @@ def test_a_callback_state_no_callback_takes_is_named_as_lightning_does(lightning
     with pytest.warns(UserWarning, match=r"callbacks this Trainer does not have: \[\"EarlyStopping\{'monitor'"):
         fit.fit(OurRegressor(), *_loaders(), ckpt_path=lightning_run / "best/step=5.ckpt")
     assert fit.global_step == 5 * EPOCHS
+
+
+def test_lightnings_grad_scaler_state_continues_in_ours(lightning_run: Path, tmp_path: Path) -> None:
+    """Lightning's ``MixedPrecision`` plugin saves its GradScaler's state under that key (on CUDA: the test below)."""
+    saved = {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    ckpt = _resaved(
+        lightning_run / "best/step=5.ckpt",
+        tmp_path / "amp.ckpt",
+        lambda c: c.update(MixedPrecision={**saved, "_growth_tracker": 7}),
+    )
+    fit = trainer.Trainer(
+        accelerator="cpu", max_epochs=2, precision="16-mixed", logger=False, enable_progress_bar=False,
+        enable_checkpointing=False,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fp16 on the CPU is slow; the callbacks' states have no callback here
+        fit.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
+    scaler = fit.precision.scaler  # type: ignore[attr-defined]
+    assert scaler.get_scale() == 1024.0 and scaler._get_growth_tracker() == 7 + 5  # 5 more finite steps
+
+
+@pytest.mark.cuda
+def test_a_lightning_16_mixed_run_continues_on_cuda(tmp_path: Path) -> None:
+    """A real fp16 run: Lightning's checkpoint (weights, Adam, scaler, mid-epoch position) continued both ways."""
+
+    def lightning(ckpt: Path | None, folder: Path) -> Any:
+        torch.manual_seed(0)
+        module, every = LightningRegressor(), pl.callbacks.ModelCheckpoint(folder, every_n_train_steps=3, save_top_k=-1)
+        fit = pl.Trainer(
+            accelerator="cuda", devices=1, precision="16-mixed", max_epochs=EPOCHS, callbacks=[every], logger=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        )  # fmt: skip
+        fit.fit(module, *_loaders(), ckpt_path=ckpt)
+        return fit
+
+    lightning(None, tmp_path / "first")
+    ckpt = tmp_path / "first" / "epoch=0-step=3.ckpt"
+    assert "MixedPrecision" in torch.load(ckpt, weights_only=True)
+    theirs = lightning(ckpt, tmp_path / "theirs")
+    ours = trainer.Trainer(
+        accelerator="cuda", devices=1, precision="16-mixed", max_epochs=EPOCHS, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
+    for mine, lightning_param in zip(ours.lightning_module.parameters(), theirs.lightning_module.parameters()):
+        torch.testing.assert_close(mine, lightning_param, rtol=1e-6, atol=1e-7)
+    assert ours.global_step == theirs.global_step
+    assert ours.precision.scaler.get_scale() == theirs.precision_plugin.scaler.get_scale()  # type: ignore[attr-defined]
