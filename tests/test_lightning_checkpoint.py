@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
-from trainer.callbacks import EarlyStopping, ModelCheckpoint
+from trainer.callbacks import EarlyStopping
 
 pl = pytest.importorskip("lightning.pytorch")
 

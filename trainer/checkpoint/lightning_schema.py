@@ -35,6 +35,12 @@ _FIT_KEYS = {
     "epoch_loop.val_loop.state_dict",
     "epoch_loop.val_loop.batch_progress",
 }
+_OWN_STATES = (  # empty unless a loop or a loader keeps state of its own
+    "state_dict",
+    "epoch_loop.automatic_optimization.state_dict",
+    "epoch_loop.manual_optimization.state_dict",
+    "epoch_loop.val_loop.state_dict",
+)
 _NEEDED = ("state_dict", "loops", "optimizer_states", "lr_schedulers", "global_step")
 
 
@@ -55,17 +61,8 @@ def read(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: 
         )
     problems: list[str] = []
     progress, loader_restarts = _position(checkpoint["loops"], checkpoint["global_step"], problems)
-    states = {
-        "module": checkpoint,
-        "callbacks": {"states": _callback_states(trainer, checkpoint.get("callbacks") or {}), "checkpoint": checkpoint},
-        "precision": _precision(trainer, checkpoint, problems),
-        "progress": progress,
-        "data": {"world_size": trainer.world_size, "loader_restarts": loader_restarts},
-        "ranks": None,  # Lightning saves no RNG: the process's goes on, as under Lightning
-        "datamodule": _datamodule(trainer, checkpoint, problems),
-        "optimizers": checkpoint["optimizer_states"],
-        "schedulers": checkpoint["lr_schedulers"],
-    }
+    precision = _precision(trainer, checkpoint, problems)
+    datamodule = _datamodule(trainer, checkpoint, problems)
     if problems:
         raise ValueError(
             f"{path} (Lightning {version}) cannot be continued exactly, so nothing of it was loaded: "
@@ -77,9 +74,19 @@ def read(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: 
             f"{path} was saved by Lightning in the middle of epoch {progress['epoch']}, after "
             f"{progress['batches_done']} batches, and Lightning records no data position: as Lightning's own resume "
             "does, the rest of that epoch reads the training loader from its first batch.",
-            stacklevel=5,
+            stacklevel=6,  # the user's fit()
         )
-    return states
+    return {
+        "module": checkpoint,
+        "callbacks": {"states": _callback_states(trainer, checkpoint.get("callbacks") or {}), "checkpoint": checkpoint},
+        "precision": precision,
+        "progress": progress,
+        "data": {"world_size": trainer.world_size, "loader_restarts": loader_restarts},
+        "ranks": None,  # Lightning saves no RNG: the process's goes on, as under Lightning
+        "datamodule": datamodule,
+        "optimizers": checkpoint["optimizer_states"],
+        "schedulers": checkpoint["lr_schedulers"],
+    }
 
 
 def _counts(progress: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -95,12 +102,10 @@ def _position(loops: dict[str, Any], global_step: int, problems: list[str]) -> t
         problems.append("its loops hold no 'fit_loop' progress")
         return {}, False
     unknown = sorted(set(fit) - _FIT_KEYS)
-    own = {k: fit.get(k) for k in ("state_dict", "epoch_loop.automatic_optimization.state_dict")}
-    own["epoch_loop.manual_optimization.state_dict"] = fit.get("epoch_loop.manual_optimization.state_dict")
-    own["epoch_loop.val_loop.state_dict"] = fit.get("epoch_loop.val_loop.state_dict")
-    extra = set((fit.get("epoch_loop.state_dict") or {})) - {"_batches_that_stepped"}
-    if unknown or extra or any(own.values()):
-        held = unknown + sorted(extra) + [f"{k}={v!r}" for k, v in own.items() if v]
+    own = {key: fit[key] for key in _OWN_STATES if fit.get(key)}
+    extra = set(fit.get("epoch_loop.state_dict") or {}) - {"_batches_that_stepped"}
+    if unknown or extra or own:
+        held = unknown + sorted(extra) + [f"{k}={v!r}" for k, v in own.items()]
         problems.append(f"its fit loop holds state steadytrain does not restore ({', '.join(held)[:300]})")
     batches, vals = fit.get("epoch_loop.batch_progress"), fit.get("epoch_loop.val_loop.batch_progress")
     if "epoch_progress" not in fit or batches is None:
@@ -131,8 +136,9 @@ def _position(loops: dict[str, Any], global_step: int, problems: list[str]) -> t
 
 
 def _callback_states(trainer: TrainerView, saved: dict[str, Any]) -> dict[str, Any]:
-    """Lightning's states by our ``state_key``: the same key, or the one saved key of the callback's class with
-    its ``monitor``. Saved states no callback takes are named in a warning, as Lightning does."""
+    """Lightning's states by our ``state_key``: the same key, or the one saved key of the callback's class whose
+    settings (``monitor``, ``mode``, ...) it has. Saved states no callback takes are named in a warning, as Lightning
+    does."""
     states, taken = {}, set()
     for cb in trainer.callbacks:
         key = cb.state_key if cb.state_key in saved else _lightning_key(cb, saved)
@@ -144,7 +150,7 @@ def _callback_states(trainer: TrainerView, saved: dict[str, Any]) -> dict[str, A
         warnings.warn(
             f"the Lightning checkpoint holds the state of callbacks this Trainer does not have: {left}; pass them "
             "to Trainer(callbacks=...) to continue their state (as Lightning asks).",
-            stacklevel=6,
+            stacklevel=7,  # the user's fit()
         )
     return states
 
@@ -160,7 +166,9 @@ def _lightning_key(callback: Any, saved: dict[str, Any]) -> str | None:
             kwargs = ast.literal_eval(match["kwargs"]) if match["kwargs"] else {}
         except (ValueError, SyntaxError):
             continue
-        if "monitor" not in kwargs or kwargs["monitor"] == getattr(callback, "monitor", None):
+        if isinstance(kwargs, dict) and all(
+            getattr(callback, name) == value for name, value in kwargs.items() if hasattr(callback, name)
+        ):
             found.append(key)
     return found[0] if len(found) == 1 else None
 
