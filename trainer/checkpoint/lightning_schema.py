@@ -78,7 +78,7 @@ def read(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: 
         )
     return {
         "module": checkpoint,
-        "callbacks": {"states": _callback_states(trainer, checkpoint.get("callbacks") or {}), "checkpoint": checkpoint},
+        "callbacks": _callback_states(trainer, checkpoint.get("callbacks") or {}),
         "precision": precision,
         "progress": progress,
         "data": {"world_size": trainer.world_size, "loader_restarts": loader_restarts},

@@ -35,10 +35,21 @@ class Stateful(Protocol):
 
 
 @dataclass(frozen=True)
+class Source:
+    """The file being restored: errors name it, and hooks get its whole dict (as Lightning passes it)."""
+
+    path: Path
+    checkpoint: dict[str, Any]
+
+
+SAVING = Source(Path("<saving>"), {})
+
+
+@dataclass(frozen=True)
 class Part:
     name: str
     phase: Phase
-    make: Callable[[TrainerView, Path], Stateful]  # built when its phase comes: what it loads into exists then
+    make: Callable[[TrainerView, Source], Stateful]  # built when its phase comes: what it loads into exists then
     fitting_only: bool = True
     global_zero_only: bool = False
 
@@ -47,31 +58,31 @@ class _Module:
     """The weights (through the strategy, before it wraps the module), then the module's ``on_load_checkpoint``
     with the whole checkpoint, as Lightning passes it."""
 
-    def __init__(self, trainer: TrainerView) -> None:
-        self.trainer = trainer
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer, self.source = trainer, source
 
     def state_dict(self) -> dict[str, Any]:
         return {"state_dict": self.trainer.strategy.module_state_dict()}
 
-    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         module = self.trainer.lightning_module
-        self.trainer.strategy.load_module_weights(module, checkpoint)
-        module.on_load_checkpoint(checkpoint)
+        self.trainer.strategy.load_module_weights(module, state)
+        module.on_load_checkpoint(self.source.checkpoint)
 
 
 class _Callbacks:
-    """Each callback's ``on_load_checkpoint`` and its state, by ``state_key`` (states hold ``checkpoint`` too)."""
+    """Each callback's ``on_load_checkpoint`` (with the whole checkpoint), then its state, by ``state_key``."""
 
-    def __init__(self, trainer: TrainerView) -> None:
-        self.trainer = trainer
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer, self.source = trainer, source
 
     def state_dict(self) -> dict[str, Any]:
         return {cb.state_key: cb.state_dict() for cb in self.trainer.callbacks}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        trainer, saved = self.trainer, state["states"]
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        trainer = self.trainer
         for cb in trainer.callbacks:
-            cb.on_load_checkpoint(trainer, trainer.lightning_module, state["checkpoint"])
+            cb.on_load_checkpoint(trainer, trainer.lightning_module, self.source.checkpoint)
             if cb.state_key in saved:
                 cb.load_state_dict(saved[cb.state_key])
 
@@ -79,11 +90,11 @@ class _Callbacks:
 class _OptimizerKinds:
     """Checked before the training state loads: an optimizer's state only fits its own kind."""
 
-    def __init__(self, trainer: TrainerView, path: Path) -> None:
-        self.trainer, self.path = trainer, path
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer, self.path = trainer, source.path
 
     def state_dict(self) -> list[str]:
-        return [type(opt).__name__ for opt in _optimization(self.trainer).optimizers]
+        return [type(opt).__name__ for opt in _optimization(self.trainer, "optimizers")]
 
     def load_state_dict(self, saved: list[str] | None) -> None:
         now = self.state_dict()
@@ -99,8 +110,8 @@ class _Data:
     """The data position and what it depends on; ``loader_restarts``: the resumed epoch's loader starts from its
     first batch, where Lightning's own resume of a loader without ``state_dict`` goes on."""
 
-    def __init__(self, trainer: TrainerView, path: Path) -> None:
-        self.trainer, self.path = trainer, path
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer, self.path = trainer, source.path
 
     def state_dict(self) -> dict[str, Any]:
         return self.trainer.fit_loop.data_state()
@@ -115,11 +126,13 @@ class _Ranks:
     """Every rank's RNG, its epoch's RNG and an open accumulation window's gradients (None: not saved, the
     process's RNG goes on as it is, as under Lightning)."""
 
-    def __init__(self, trainer: TrainerView, path: Path) -> None:
-        self.trainer, self.path = trainer, path
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer, self.path = trainer, source.path
 
     def state_dict(self) -> dict[str, Any]:
-        return {"ranks": self.trainer.strategy.gather_objects(self.trainer.fit_loop.rank_state())}
+        """A collective: every rank's state is gathered."""
+        ranks = self.trainer.strategy.gather_objects(self.trainer.fit_loop.rank_state())
+        return {"ranks": ranks, "world_size": self.trainer.world_size}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is not None:
@@ -166,14 +179,13 @@ class _DataModule:
 class _Listed:
     """The optimizers' or the schedulers' states, one per object ``configure_optimizers()`` made."""
 
-    def __init__(self, trainer: TrainerView, path: Path, what: str) -> None:
-        self.trainer, self.path, self.what = trainer, path, what
+    def __init__(self, trainer: TrainerView, source: Source, what: str) -> None:
+        self.trainer, self.path, self.what = trainer, source.path, what
 
     def targets(self) -> list[Any]:
-        optimization = _optimization(self.trainer)
         if self.what == "optimizer state":
-            return list(optimization.optimizers)
-        return [config.scheduler for config in optimization.lr_scheduler_configs]
+            return _optimization(self.trainer, "optimizers")
+        return [config.scheduler for config in _optimization(self.trainer, "lr_scheduler_configs")]
 
     def state_dict(self) -> list[dict[str, Any]]:
         if self.what == "optimizer state":
@@ -198,37 +210,43 @@ class _Listed:
                 ) from err
 
 
-def _optimization(trainer: TrainerView) -> Any:
+def _optimization(trainer: TrainerView, what: str) -> list[Any]:
+    """The fit's optimizers or scheduler configs; none before ``configure_optimizers()`` ran."""
     optimization = trainer.fit_loop.optimization
-    assert optimization is not None, "the training state loads after configure_optimizers()"
-    return optimization
+    return list(getattr(optimization, what)) if optimization is not None else []
 
 
 # The registry, in load order within each phase (the order our checkpoints have always loaded in).
 PARTS: tuple[Part, ...] = (
-    Part("module", Phase.MODULE, lambda t, p: _Module(t), fitting_only=False),
-    Part("callbacks", Phase.MODULE, lambda t, p: _Callbacks(t)),
+    Part("module", Phase.MODULE, _Module, fitting_only=False),
+    Part("callbacks", Phase.MODULE, _Callbacks),
     Part("optimizer_kinds", Phase.LOOP, _OptimizerKinds),
-    Part("precision", Phase.LOOP, lambda t, p: t.precision),
-    Part("progress", Phase.LOOP, lambda t, p: t.fit_loop.progress),
+    Part("precision", Phase.LOOP, lambda t, s: t.precision),
+    Part("progress", Phase.LOOP, lambda t, s: t.fit_loop.progress),
     Part("data", Phase.LOOP, _Data),
     Part("ranks", Phase.LOOP, _Ranks),
-    Part("datamodule", Phase.LOOP, lambda t, p: _DataModule(t)),
-    Part("metrics", Phase.LOOP, lambda t, p: _Metrics(t)),
-    Part("loggers", Phase.LOOP, lambda t, p: _Loggers(t), global_zero_only=True),
-    Part("optimizers", Phase.TRAINING, lambda t, p: _Listed(t, p, "optimizer state")),
-    Part("schedulers", Phase.TRAINING, lambda t, p: _Listed(t, p, "LR scheduler")),
+    Part("datamodule", Phase.LOOP, lambda t, s: _DataModule(t)),
+    Part("metrics", Phase.LOOP, lambda t, s: _Metrics(t)),
+    Part("loggers", Phase.LOOP, lambda t, s: _Loggers(t), global_zero_only=True),
+    Part("optimizers", Phase.TRAINING, lambda t, s: _Listed(t, s, "optimizer state")),
+    Part("schedulers", Phase.TRAINING, lambda t, s: _Listed(t, s, "LR scheduler")),
 )
-PART_NAMES = frozenset(part.name for part in PARTS)
+PARTS_BY_NAME = {part.name: part for part in PARTS}
+
+
+def states_now(trainer: TrainerView, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named parts' states, asked in this order (saving: a part's state may be a collective)."""
+    return {name: PARTS_BY_NAME[name].make(trainer, SAVING).state_dict() for name in names}
 
 
 class Restore:
     """A checkpoint read and checked whole, whose parts load phase by phase (``load(Phase.X)``)."""
 
-    def __init__(self, trainer: TrainerView, path: Path, states: dict[str, Any], fitting: bool, schema: str) -> None:
-        unknown = set(states) - PART_NAMES
+    def __init__(self, trainer: TrainerView, source: Source, states: dict[str, Any], fitting: bool) -> None:
+        unknown = set(states) - set(PARTS_BY_NAME)
         assert not unknown, f"a reader produced states for no part: {sorted(unknown)}"
-        self.trainer, self.path, self.states, self.fitting, self.schema = trainer, path, states, fitting, schema
+        self.trainer, self.source, self.states, self.fitting = trainer, source, states, fitting
+        self.path = source.path
 
     def load(self, phase: Phase) -> None:
         trainer = self.trainer
@@ -237,7 +255,7 @@ class Restore:
                 continue
             if part.global_zero_only and not trainer.is_global_zero:
                 continue
-            part.make(trainer, self.path).load_state_dict(self.states[part.name])
+            part.make(trainer, self.source).load_state_dict(self.states[part.name])
 
 
 def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
@@ -246,13 +264,12 @@ def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
     from trainer.checkpoint.state import read_checkpoint
 
     checkpoint = read_checkpoint(trainer, path)
-    if lightning_schema.is_lightning(checkpoint):
-        return Restore(trainer, path, lightning_schema.read(trainer, checkpoint, path, fitting), fitting, "lightning")
-    return Restore(trainer, path, read_ours(checkpoint, path, fitting), fitting, "steadytrain")
+    reader = lightning_schema.read if lightning_schema.is_lightning(checkpoint) else read_ours
+    return Restore(trainer, Source(path, checkpoint), reader(trainer, checkpoint, path, fitting), fitting)
 
 
-def read_ours(checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
-    """Our schema (``state.Checkpoint``) as one state per part."""
+def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
+    """Our schema (``state.Checkpoint``, written by ``state.build_checkpoint``) as one state per part."""
     from trainer.checkpoint.state import FORMAT
 
     if not fitting:
@@ -265,7 +282,7 @@ def read_ours(checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str
     data = checkpoint["loops"]["data"]
     return {
         "module": checkpoint,
-        "callbacks": {"states": checkpoint.get("callbacks", {}), "checkpoint": checkpoint},
+        "callbacks": checkpoint.get("callbacks", {}),
         "optimizer_kinds": checkpoint.get("optimizer_classes"),
         "precision": checkpoint["precision"],
         "progress": checkpoint["loops"]["fit"],

@@ -49,12 +49,20 @@ class Checkpoint(TypedDict, total=False):
     versions: dict[str, str]
 
 
+_WRITTEN = (
+    "optimizers", "optimizer_kinds", "schedulers", "precision", "progress", "data", "ranks", "metrics", "callbacks",
+    "loggers",
+)  # fmt: skip
+
+
 def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkpoint:
-    """Build the checkpoint on every rank (a collective: each rank's RNG is gathered)."""
+    """Build the checkpoint on every rank (a collective: each rank's RNG is gathered), from the parts of
+    ``trainer.checkpoint.restore``: what each part saves is what it loads."""
+    from trainer.checkpoint.restore import states_now
+
     module = trainer.lightning_module
     strategy = trainer.strategy
-    fit = trainer.fit_loop
-    progress = fit.progress
+    progress = trainer.fit_loop.progress
     checkpoint: Checkpoint = {
         "format": FORMAT,
         "epoch": progress.epoch,
@@ -67,17 +75,16 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
     _hparams_origin(checkpoint, module)
     if weights_only:
         return checkpoint
-    optimizers = fit.optimization.optimizers if fit.optimization else []
-    schedulers = fit.optimization.lr_scheduler_configs if fit.optimization else []
-    checkpoint["optimizer_states"] = [strategy.optimizer_state(opt) for opt in optimizers]
-    checkpoint["optimizer_classes"] = [type(opt).__name__ for opt in optimizers]
-    checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in schedulers]
-    checkpoint["precision"] = trainer.precision.state_dict()
-    checkpoint["loops"] = {"fit": progress.state_dict(), "data": fit.data_state()}
-    checkpoint["ranks"] = strategy.gather_objects(fit.rank_state())
-    checkpoint["callback_metrics"] = {k: v.detach().cpu() for k, v in trainer.callback_metrics.items()}
-    checkpoint["callbacks"] = {cb.state_key: cb.state_dict() for cb in trainer.callbacks}
-    checkpoint["loggers"] = [lg.state_dict() for lg in trainer.loggers]
+    parts = states_now(trainer, _WRITTEN)  # the parts restore.read_ours gives back, in the order asked since 0.1
+    checkpoint["optimizer_states"] = parts["optimizers"]
+    checkpoint["optimizer_classes"] = parts["optimizer_kinds"]
+    checkpoint["lr_schedulers"] = parts["schedulers"]
+    checkpoint["precision"] = parts["precision"]
+    checkpoint["loops"] = {"fit": parts["progress"], "data": parts["data"]}
+    checkpoint["ranks"] = parts["ranks"]["ranks"]
+    checkpoint["callback_metrics"] = parts["metrics"]
+    checkpoint["callbacks"] = parts["callbacks"]
+    checkpoint["loggers"] = parts["loggers"]
     checkpoint["config"] = trainer.config
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, module, checkpoint)  # type: ignore[arg-type]
