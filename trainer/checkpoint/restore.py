@@ -5,7 +5,7 @@ position, the ranks' RNG, the metrics, the loggers, the optimizers and the sched
 object with ``state_dict``/``load_state_dict`` over what the Trainer holds, and a phase: the
 moment of ``fit`` at which what it loads into exists and nothing has read it yet (the shape of
 torchtitan's checkpoint manager, with Lightning's ordering points as phases). A reader per schema
-(ours below, Lightning's in ``lightning_schema``) turns a file into one state per part and
+(ours in ``state``, Lightning's in ``lightning_schema``) turns a file into one state per part and
 refuses, before anything loads, a file it cannot read fully: a run is never half-restored.
 """
 
@@ -256,40 +256,3 @@ class Restore:
             if part.global_zero_only and not trainer.is_global_zero:
                 continue
             part.make(trainer, self.source).load_state_dict(self.states[part.name])
-
-
-def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
-    """Read ``path`` (weights_only) with the reader of its schema; refuses here what cannot be restored."""
-    from trainer.checkpoint import lightning_schema
-    from trainer.checkpoint.state import read_checkpoint
-
-    checkpoint = read_checkpoint(trainer, path)
-    reader = lightning_schema.read if lightning_schema.is_lightning(checkpoint) else read_ours
-    return Restore(trainer, Source(path, checkpoint), reader(trainer, checkpoint, path, fitting), fitting)
-
-
-def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
-    """Our schema (``state.Checkpoint``, written by ``state.build_checkpoint``) as one state per part."""
-    from trainer.checkpoint.state import FORMAT
-
-    if not fitting:
-        return {"module": checkpoint}
-    if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
-        raise ValueError(
-            f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
-            "trainer.checkpoint.load_weights(module, path) before fit() instead."
-        )
-    data = checkpoint["loops"]["data"]
-    return {
-        "module": checkpoint,
-        "callbacks": checkpoint.get("callbacks", {}),
-        "optimizer_kinds": checkpoint.get("optimizer_classes"),
-        "precision": checkpoint["precision"],
-        "progress": checkpoint["loops"]["fit"],
-        "data": data,
-        "ranks": {"ranks": checkpoint["ranks"], "world_size": data.get("world_size", 1)},
-        "metrics": checkpoint.get("callback_metrics", {}),
-        "loggers": checkpoint.get("loggers", []),
-        "optimizers": checkpoint["optimizer_states"],
-        "schedulers": checkpoint["lr_schedulers"],
-    }

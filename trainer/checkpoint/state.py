@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
+from trainer.checkpoint import lightning_schema
 from trainer.checkpoint.io import CheckpointError, load_checkpoint
+from trainer.checkpoint.restore import Restore, Source, states_now
 from trainer.checkpoint.sharded import is_checkpoint_path
 
 if TYPE_CHECKING:
@@ -58,8 +60,6 @@ _WRITTEN = (
 def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkpoint:
     """Build the checkpoint on every rank (a collective: each rank's RNG is gathered), from the parts of
     ``trainer.checkpoint.restore``: what each part saves is what it loads."""
-    from trainer.checkpoint.restore import states_now
-
     module = trainer.lightning_module
     strategy = trainer.strategy
     progress = trainer.fit_loop.progress
@@ -118,10 +118,42 @@ def _version() -> str:
     return __version__
 
 
-# ---- reading (restoring is ``trainer.checkpoint.restore``) ------------------------------------------------
+# ---- reading: a reader per schema gives one state per part of ``trainer.checkpoint.restore`` ---------------
 def read_checkpoint(trainer: TrainerView, path: Path) -> dict[str, Any]:
     """Load the file (weights_only) and bring an older format to this one."""
     return _upgrade(trainer.strategy.load_checkpoint(path))
+
+
+def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
+    """Read ``path`` (weights_only) with the reader of its schema; refuses here what cannot be restored."""
+    checkpoint = read_checkpoint(trainer, path)
+    reader = lightning_schema.read if lightning_schema.is_lightning(checkpoint) else read_ours
+    return Restore(trainer, Source(path, checkpoint), reader(trainer, checkpoint, path, fitting), fitting)
+
+
+def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
+    """Our schema (``state.Checkpoint``, written by ``state.build_checkpoint``) as one state per part."""
+    if not fitting:
+        return {"module": checkpoint}
+    if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
+        raise ValueError(
+            f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
+            "trainer.checkpoint.load_weights(module, path) before fit() instead."
+        )
+    data = checkpoint["loops"]["data"]
+    return {
+        "module": checkpoint,
+        "callbacks": checkpoint.get("callbacks", {}),
+        "optimizer_kinds": checkpoint.get("optimizer_classes"),
+        "precision": checkpoint["precision"],
+        "progress": checkpoint["loops"]["fit"],
+        "data": data,
+        "ranks": {"ranks": checkpoint["ranks"], "world_size": data.get("world_size", 1)},
+        "metrics": checkpoint.get("callback_metrics", {}),
+        "loggers": checkpoint.get("loggers", []),
+        "optimizers": checkpoint["optimizer_states"],
+        "schedulers": checkpoint["lr_schedulers"],
+    }
 
 
 def _upgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +203,8 @@ __all__ = [
     "Checkpoint",
     "build_checkpoint",
     "load_checkpoint",
+    "open_checkpoint",
     "read_checkpoint",
+    "read_ours",
     "resolve_checkpoint_path",
 ]

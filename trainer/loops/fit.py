@@ -112,7 +112,8 @@ class FitLoop:
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
-        from trainer.checkpoint.restore import Phase, open_checkpoint
+        from trainer.checkpoint.restore import Phase
+        from trainer.checkpoint.state import open_checkpoint
         from trainer.optim import parse_optimizers
 
         trainer = self.trainer

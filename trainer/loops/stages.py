@@ -109,8 +109,8 @@ def _best_of_previous_fit(trainer: TrainerView, fn: str) -> str | None:
 
 def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     """``ckpt_path``: a file, "last" (newest checkpoint), "best" (the ModelCheckpoint's best), or None."""
-    from trainer.checkpoint.restore import Phase, open_checkpoint
-    from trainer.checkpoint.state import resolve_checkpoint_path
+    from trainer.checkpoint.restore import Phase
+    from trainer.checkpoint.state import open_checkpoint, resolve_checkpoint_path
 
     if ckpt_path is None:
         return
