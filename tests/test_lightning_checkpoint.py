@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
 from trainer.callbacks import EarlyStopping
+from trainer.checkpoint import CheckpointError
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -237,3 +238,20 @@ def test_a_lightning_16_mixed_run_continues_on_cuda(tmp_path: Path) -> None:
         torch.testing.assert_close(mine, lightning_param, rtol=1e-6, atol=1e-7)
     assert ours.global_step == theirs.global_step
     assert ours.precision.scaler.get_scale() == theirs.precision_plugin.scaler.get_scale()  # type: ignore[attr-defined]
+
+
+def test_pickled_hyper_parameters_are_refused_unless_allowed(lightning_run: Path, tmp_path: Path) -> None:
+    """Read with weights_only=True: a Lightning file holding a ``Path`` hyper-parameter names it, and continues
+    once that class is allowed."""
+    ckpt = _resaved(
+        lightning_run / "best/step=5.ckpt",
+        tmp_path / "hparams.ckpt",
+        lambda c: c["hyper_parameters"].update(root=tmp_path),
+    )
+    fit = trainer.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False)
+    with pytest.raises(CheckpointError, match=r"PosixPath.*the file was NOT executed"):
+        fit.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
+    with torch.serialization.safe_globals([type(tmp_path)]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the callbacks' states have no callback here
+        fit.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
+    assert fit.global_step == 10
