@@ -75,6 +75,8 @@ class MLFlowLogger(Logger):
     request) when another step is logged, on ``flush``, at a checkpoint, at ``finalize``, or at a normal
     exit. Checkpoints go to ``<save_dir>/<experiment_name>/version_<n>/checkpoints``, a folder chosen
     without asking the server, so every rank agrees on it and only rank zero ever talks to MLflow.
+    ``save_dir`` defaults to ``runs`` (not Lightning's ``./mlruns``): the Trainer's ``default_root_dir``,
+    where ``fit(ckpt_path="last")`` looks for checkpoints.
     """
 
     LOGGER_JOIN_CHAR = "-"
@@ -85,7 +87,7 @@ class MLFlowLogger(Logger):
         run_name: str | None = None,
         tracking_uri: str | None = None,
         tags: dict[str, Any] | None = None,
-        save_dir: str = "./mlruns",
+        save_dir: str = "runs",
         log_model: Literal[True, False, "all"] = False,
         prefix: str = "",
         artifact_location: str | None = None,
@@ -126,7 +128,7 @@ class MLFlowLogger(Logger):
     @property
     def experiment(self) -> MlflowClient:
         """The ``MlflowClient``, with the run started; on ranks other than zero, an object that does nothing."""
-        if not self._ensure_run():
+        if not self._ensure_run(reopen=False):
             return _NoExperiment()  # type: ignore[return-value]
         assert self._client is not None
         return self._client
@@ -134,12 +136,12 @@ class MLFlowLogger(Logger):
     @property
     def run_id(self) -> str | None:
         """The MLflow run's id (the run starts here on rank zero; None on the other ranks, unless given)."""
-        self._ensure_run()
+        self._ensure_run(reopen=False)
         return self._run_id
 
     @property
     def experiment_id(self) -> str | None:
-        self._ensure_run()
+        self._ensure_run(reopen=False)
         return self._experiment_id
 
     @property
@@ -246,9 +248,10 @@ class MLFlowLogger(Logger):
         self._run_id = run_id
 
     # ---- the run ------------------------------------------------------------------------------------
-    def _ensure_run(self) -> bool:
-        """Start the run (or mark it RUNNING again after ``finalize``); False on ranks other than zero."""
-        if self._active:
+    def _ensure_run(self, reopen: bool = True) -> bool:
+        """Start the run (``reopen``: or mark it RUNNING again after ``finalize``, to log more); False on ranks
+        other than zero. Reading ``experiment`` or ``run_id`` after ``finalize`` does not reopen the run."""
+        if self._active or (self._client is not None and not reopen):
             return True
         if _global_rank() != 0:
             return False
