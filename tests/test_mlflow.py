@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import csv
 import importlib
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from tests.cli_fixtures.running import QUICK, argv
 from tests.cli_fixtures.tiny import Data, Model
+from tests.helpers import assert_no_leftovers, clean_env, free_port
 from tests.models import Regressor, regression_data
 from trainer import ModelCheckpoint, Trainer
 from trainer.loggers import CSVLogger, Logger, MLFlowLogger
@@ -289,3 +297,76 @@ def test_the_cli_builds_it_by_class_name(save_dir: Path) -> None:
     run = client(save_dir).get_run(logger.run_id)
     assert run.info.status == "FINISHED" and "val_loss" in run.data.metrics
     assert run.data.params["config/trainer/logger/init_args/experiment_name"] == "cli"
+
+
+# ---- a tracking server ---------------------------------------------------------------------------------
+@pytest.fixture
+def server(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``mlflow server`` on a free loopback port: SQLite backend, artifacts served from a local folder."""
+    db = tmp_path / "server.db"
+    shutil.copy(template, db)
+    port = free_port()
+    command = ["-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}", "--serve-artifacts"]
+    command += ["--artifacts-destination", str(tmp_path / "served"), "--host", "127.0.0.1", "--port", str(port)]
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115  (closed in teardown)
+    proc = subprocess.Popen(
+        [sys.executable, *command, "--workers", "1"],
+        env=clean_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its workers in its group: killed with it
+    )
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, proc, tmp_path / "server.log", deadline=time.monotonic() + 300)
+        yield url
+    finally:
+        _stop(proc)
+        log.close()
+    assert_no_leftovers(f"--port {port}", within=5)
+
+
+def _wait_until_up(url: str, proc: subprocess.Popen[bytes], log: Path, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"mlflow server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"mlflow server did not answer at {url} in time:\n{log.read_text()}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to its process group, SIGKILL after 10 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a server's start on a busy 2-core machine can take minutes
+def test_a_fit_logged_to_a_tracking_server(server: str, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    logger = MLFlowLogger(
+        experiment_name="served", tracking_uri=server, save_dir=str(tmp_path / "runs"), log_model=True
+    )
+    trainer = fit(logger, max_epochs=2, enable_checkpointing=True)
+    remote = MlflowClient(server)
+    run = remote.get_run(logger.run_id)
+    assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.01"
+    assert [step for step, _ in history(remote, logger.run_id, "val_loss")] == [6, 12]
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")  # uploaded through the server
+    last = Path(trainer.checkpoint_callback.last_model_path)  # type: ignore[union-attr]
+    copy = Path(remote.download_artifacts(logger.run_id, "last/last.ckpt", str(tmp_path)))
+    assert copy.read_bytes() == last.read_bytes()
+    assert list((tmp_path / "served").rglob("last.ckpt"))  # where the server keeps it
+    assert not (tmp_path / "runs" / "mlflow.db").exists()  # no local store beside a server
