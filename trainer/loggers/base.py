@@ -6,12 +6,9 @@ import atexit
 import os
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np  # already loaded by torch
-
-if TYPE_CHECKING:
-    from trainer.callbacks.checkpoint import ModelCheckpoint
 
 
 class Logger:
@@ -58,8 +55,9 @@ class Logger:
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
 
-    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
-        """A ``ModelCheckpoint`` wrote a checkpoint (global rank zero, file in place); for loggers that upload them."""
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """A ``ModelCheckpoint`` (typed ``Any``: callbacks import loggers) wrote a checkpoint, on global rank
+        zero, file in place; for loggers that upload checkpoints."""
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue the same run (ids, versions)."""
