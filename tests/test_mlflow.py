@@ -268,6 +268,30 @@ def test_tracking_uri_comes_from_the_environment(save_dir: Path, monkeypatch: py
     assert not (save_dir / "unused").exists()
 
 
+def test_asynchronous_logging_is_complete_when_the_run_ends(save_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logger = MLFlowLogger(save_dir=str(save_dir), synchronous=False)
+    calls: list[Any] = []
+    real = logger.experiment.log_batch
+    monkeypatch.setattr(logger.experiment, "log_batch", lambda *a, **k: calls.append(k["synchronous"]) or real(*a, **k))
+    for step in range(3):
+        logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    logger.finalize("success")  # waits for MLflow's queue before ending the run
+    mlflow = client(save_dir)
+    assert [step for step, _ in history(mlflow, logger.run_id, "loss")] == [0, 1, 2]
+    assert mlflow.get_run(logger.run_id).info.status == "FINISHED" and calls == [False] * 3
+
+
+def test_an_existing_experiment_is_reused_and_a_deleted_one_named(save_dir: Path) -> None:
+    mlflow = client(save_dir)
+    kept = mlflow.create_experiment("kept", artifact_location=str(save_dir / "kept_artifacts"))
+    with pytest.warns(UserWarning, match="experiment 'kept' exists and keeps its own"):
+        logger = MLFlowLogger("kept", save_dir=str(save_dir), artifact_location=str(save_dir / "other"))
+        assert logger.experiment_id == kept
+    mlflow.delete_experiment(mlflow.create_experiment("gone"))
+    with pytest.raises(ValueError, match=r"experiment 'gone' is deleted.*mlflow experiments restore"):
+        MLFlowLogger("gone", save_dir=str(save_dir)).log_metrics({"x": 1.0}, step=0)
+
+
 def test_only_rank_zero_talks_to_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "1")
     logger = MLFlowLogger(save_dir=str(tmp_path / "store"))

@@ -8,7 +8,6 @@ file store (``file:./mlruns``), which is Lightning's default.
 from __future__ import annotations
 
 import atexit
-import functools
 import importlib.util
 import os
 import re
@@ -38,14 +37,6 @@ _NOT_IN_KEYS = re.compile(r"[^a-zA-Z0-9_/. -]+")  # what Lightning removes from 
 INSTALL = "pip install mlflow, or steadytrain's extra: pip install -e '.[mlflow]' in a clone of the repository"
 
 
-@functools.cache
-def _import_mlflow() -> Any:
-    """mlflow, imported once per process (1-2 s): never by ``import trainer`` or a logger's construction."""
-    import mlflow
-
-    return mlflow
-
-
 def _global_rank() -> int:
     """This process's global rank: the process group's once there is one, else the launcher's ``RANK``."""
     import torch.distributed as dist
@@ -69,7 +60,8 @@ class MLFlowLogger(Logger):
     ``sqlite:///<save_dir>/mlflow.db``. ``log_model``: ``True`` logs the checkpoints at the end of the run
     (every checkpoint as it is saved when ``save_top_k == -1``), ``"all"`` every checkpoint as it is saved,
     ``False`` none. ``run_id`` continues an existing run; a run resumed from a checkpoint continues the
-    checkpointed run. ``synchronous`` is MLflow's (``False``: logging calls return before the write).
+    checkpointed run. ``synchronous`` is MLflow's (``False``: logging calls return before the write, which
+    is complete when the run ends).
 
     What is logged at one step is sent as one ``log_batch`` call (one database transaction or HTTP
     request) when another step is logged, on ``flush``, at a checkpoint, at ``finalize``, or at a normal
@@ -266,8 +258,7 @@ class MLFlowLogger(Logger):
         return True
 
     def _start(self) -> MlflowClient:
-        _import_mlflow()
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # 1-2 s, once: never at import or construction
 
         if self._local_store:
             os.makedirs(self._local_root, exist_ok=True)
@@ -296,9 +287,7 @@ class MLFlowLogger(Logger):
 
     def _end(self, status: str) -> None:
         if self._active and self._client is not None and self._run_id is not None:
-            if self._batch_kwargs.get("synchronous") is False:
-                _import_mlflow().flush_async_logging()
-            self._client.set_terminated(self._run_id, status)
+            self._client.set_terminated(self._run_id, status)  # waits for asynchronous logging (synchronous=False)
         self._active = False
         if self._exit_hook is not None:
             atexit.unregister(self._exit_hook)
