@@ -51,7 +51,8 @@ class _Recorder:
 def test_import_loads_no_backend() -> None:
     code = (
         "import sys, trainer.loggers as L\n"
-        "L.WandbLogger(project='p'); L.TensorBoardLogger(); L.CSVLogger(); L.MLFlowLogger()\n"
+        "L.WandbLogger(project='p'); L.TensorBoardLogger(); L.CSVLogger()\n"
+        "import importlib.util; importlib.util.find_spec('mlflow') and L.MLFlowLogger()\n"
         "loaded = {'wandb', 'tensorboard', 'torch.utils.tensorboard', 'mlflow'} & set(sys.modules)\n"
         "assert not loaded, loaded\n"
     )

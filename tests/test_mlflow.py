@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from trainer import ModelCheckpoint, Trainer
 from trainer.loggers import CSVLogger, Logger, MLFlowLogger
 
 MLFLOW_MODULE = importlib.import_module("trainer.loggers.mlflow")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow (the mlflow extra)")
 
 
 @pytest.fixture(scope="module")
