@@ -139,6 +139,16 @@ def check_mid_epoch_validation(out: str, cwd: Path, world: int) -> None:
     assert value(out, "last_epoch") == "4" and float(value(out, "lr")) == pytest.approx(lr)
 
 
+def check_mlflow_logger(out: str, cwd: Path, world: int) -> None:
+    assert int(value(out, "world_size")) == world and value(out, "runs") == "1"  # rank zero's run only
+    assert value(out, "status") == "FINISHED" and value(out, "run_name") == "regressor" and value(out, "lr") == "0.05"
+    steps = [int(s) for s in value(out, "train_loss_steps").split(",")]
+    assert steps == sorted(set(steps)) and len(steps) >= 3 and steps[-1] <= int(value(out, "global_step"))
+    assert value(out, "val_loss") == value(out, "callback_val_loss")
+    assert value(out, "artifacts").split(",") == sorted([value(out, "best"), "last"])  # log_model=True: at the end
+    assert (cwd / "mlflow.db").is_file()
+
+
 def check_profiler_simple(out: str, cwd: Path, world: int) -> None:
     assert "FIT Profiler Report" in out
     rows = re.findall(r"^\| run_training_batch\s+\|\s+\S+\s+\|\s+(\d+)\s+\|", out, re.MULTILINE)

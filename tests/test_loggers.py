@@ -52,7 +52,8 @@ def test_import_loads_no_backend() -> None:
     code = (
         "import sys, trainer.loggers as L\n"
         "L.WandbLogger(project='p'); L.TensorBoardLogger(); L.CSVLogger()\n"
-        "loaded = {'wandb', 'tensorboard', 'torch.utils.tensorboard'} & set(sys.modules)\n"
+        "import importlib.util; importlib.util.find_spec('mlflow') and L.MLFlowLogger()\n"
+        "loaded = {'wandb', 'tensorboard', 'torch.utils.tensorboard', 'mlflow'} & set(sys.modules)\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})

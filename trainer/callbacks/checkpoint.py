@@ -174,6 +174,9 @@ class ModelCheckpoint(Callback):
                 link_any_checkpoint(path, last)
             trainer.strategy.barrier()
         self._delete(trainer, dropped)
+        if trainer.is_global_zero:
+            for lg in trainer.loggers:
+                lg.after_save_checkpoint(self)
         if self.verbose and trainer.is_global_zero:
             self._report(trainer, path if keep else last, score, keep)
 

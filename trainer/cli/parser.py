@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from trainer.callbacks.base import Callback
 from trainer.cli.optimizers import AUTOMATIC, LR_SCHEDULER_TYPES, with_class_path
 from trainer.datamodule import DataModule
-from trainer.loggers import csv, tensorboard, wandb  # noqa: F401  (so `class_path: CSVLogger` resolves)
+from trainer.loggers import csv, mlflow, tensorboard, wandb  # noqa: F401  (so `class_path: CSVLogger` resolves)
 from trainer.module import Module
 from trainer.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""Loggers; each in its own file, none importing its backend (wandb, tensorboard) until used."""
+"""Loggers; each in its own file, none importing its backend (wandb, tensorboard, mlflow) until used."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from trainer.loggers.base import Logger
 
 _LAZY = {
     "CSVLogger": "trainer.loggers.csv",
+    "MLFlowLogger": "trainer.loggers.mlflow",
     "TensorBoardLogger": "trainer.loggers.tensorboard",
     "WandbLogger": "trainer.loggers.wandb",
 }
 
-__all__ = ["CSVLogger", "Logger", "TensorBoardLogger", "WandbLogger"]
+__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
 
 def __getattr__(name: str) -> Any:

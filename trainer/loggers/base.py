@@ -55,6 +55,10 @@ class Logger:
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
 
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """A ``ModelCheckpoint`` (typed ``Any``: callbacks import loggers) wrote a checkpoint, on global rank
+        zero, file in place; for loggers that upload checkpoints."""
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue the same run (ids, versions)."""
         return {}

@@ -1,0 +1,94 @@
+"""The MLflow side of MLFlowLogger: the experiment and run found or made, checkpoints as artifacts.
+
+Checkpoints are laid out as Lightning's MLFlowLogger lays them out: ``<stem>/<file>`` beside
+``<stem>/metadata.yaml`` (score, the callback's settings) and ``<stem>/aliases.txt``
+(``['latest', 'best']`` for the best one).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from trainer.callbacks.checkpoint import ModelCheckpoint
+
+SETTINGS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps", "every_n_epochs")
+
+
+def experiment_id(client: MlflowClient, name: str, location: str | None, given_location: str | None) -> str:
+    """The experiment named ``name``, created (with its artifacts at ``location``) when there is none."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        return client.create_experiment(name, artifact_location=location)
+    if experiment.lifecycle_stage == "deleted":
+        raise ValueError(
+            f"MLflow experiment {name!r} is deleted at {client.tracking_uri}: restore it "
+            f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or pick another name."
+        )
+    if given_location not in (None, experiment.artifact_location):
+        warnings.warn(
+            f"MLFlowLogger(artifact_location={given_location!r}): experiment {name!r} exists and keeps its own, "
+            f"{experiment.artifact_location}.",
+            stacklevel=5,
+        )
+    return str(experiment.experiment_id)
+
+
+def new_run(client: MlflowClient, experiment: str, tags: dict[str, str]) -> str:
+    """A new run with the given tags and MLflow's own (source, user, git commit), as Lightning's has."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    return str(client.create_run(experiment, tags=resolve_tags(tags)).info.run_id)
+
+
+def continue_run(client: MlflowClient, run_id: str, tags: dict[str, str], batch_kwargs: dict[str, Any]) -> str:
+    """Mark an existing run RUNNING again and apply the given tags; returns its experiment's id."""
+    from mlflow.entities import RunTag
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        raise ValueError(
+            f"MLflow run {run_id!r} (from run_id= or the resumed checkpoint) is not in the tracking store "
+            f"{client.tracking_uri}: point tracking_uri (or save_dir) at the store that holds it."
+        ) from err
+    client.update_run(run_id, status="RUNNING")
+    if tags:
+        client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()], **batch_kwargs)
+    return str(run.info.experiment_id)
+
+
+def unlogged_checkpoints(callback: ModelCheckpoint, logged: dict[str, float]) -> list[tuple[float, str]]:
+    """``(mtime, path)`` of the kept, best and last checkpoints that exist and are not logged at that mtime."""
+    paths = {*callback.best_k_models, callback.last_model_path, callback.best_model_path} - {""}
+    found = [(os.path.getmtime(path), path) for path in paths if os.path.exists(path)]
+    return sorted((mtime, path) for mtime, path in found if logged.get(path) != mtime)
+
+
+def upload_checkpoint(client: MlflowClient, run_id: str, callback: ModelCheckpoint, path: str) -> None:
+    """One checkpoint file (or sharded folder, once its asynchronous write is done) with its metadata."""
+    stem = Path(path).stem
+    if os.path.isdir(path):
+        from trainer.checkpoint.sharded import wait_pending
+
+        wait_pending()
+        client.log_artifacts(run_id, path, f"{stem}/{Path(path).name}")
+    else:
+        client.log_artifact(run_id, path, stem)
+    client.log_dict(run_id, metadata(callback, path), f"{stem}/metadata.yaml")
+    aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
+    client.log_text(run_id, str(aliases), f"{stem}/aliases.txt")
+
+
+def metadata(callback: ModelCheckpoint, path: str) -> dict[str, Any]:
+    return {
+        "score": callback.best_k_models.get(path),
+        "original_filename": Path(path).name,
+        "Checkpoint": {name: getattr(callback, name) for name in SETTINGS},
+    }
