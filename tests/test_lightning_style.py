@@ -219,7 +219,9 @@ def check_accumulation_device_stats(out: str, cwd: Path, world: int) -> None:
     batches = 8 // world
     assert int(value(out, "global_step")) == batches + batches // 2 + -(-batches // 4)
     hooks = ("on_train_batch_end", "on_train_batch_start")
-    stats = [f"'DeviceStatsMonitor.{h}/{k}'" for h in hooks for k in ("cpu_percent", "cpu_swap_percent", "cpu_vm_percent")]
+    stats = [
+        f"'DeviceStatsMonitor.{h}/{k}'" for h in hooks for k in ("cpu_percent", "cpu_swap_percent", "cpu_vm_percent")
+    ]
     assert f"device_stats=[{', '.join(stats)}]" in out
 
 

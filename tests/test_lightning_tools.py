@@ -113,8 +113,15 @@ def test_device_stats_needs_a_logger(tmp_path: Path) -> None:
 @pytest.mark.cuda
 def test_device_stats_on_cuda_are_the_allocators(tmp_path: Path) -> None:
     memory = Memory()
-    fit = quiet(tmp_path, accelerator="cuda", devices=1, max_epochs=1, logger=memory, log_every_n_steps=1,
-                callbacks=[DeviceStatsMonitor()])
+    fit = quiet(
+        tmp_path,
+        accelerator="cuda",
+        devices=1,
+        max_epochs=1,
+        logger=memory,
+        log_every_n_steps=1,
+        callbacks=[DeviceStatsMonitor()],
+    )
     fit.fit(Regressor(), loader(regression_data(16)))
     keys = {k.split("/", 1)[1] for _, row in memory.rows for k in row if k.startswith("DeviceStatsMonitor.")}
     assert "allocated_bytes.all.current" in keys and "cpu_percent" not in keys
@@ -202,7 +209,9 @@ def test_resume_inside_a_scheduled_epoch_is_bitwise_equal(tmp_path: Path) -> Non
             dirpath=folder, filename="step{step}", auto_insert_metric_name=False, save_top_k=-1, every_n_train_steps=1
         )
         fit = quiet(
-            tmp_path, max_epochs=3, enable_checkpointing=True,
+            tmp_path,
+            max_epochs=3,
+            enable_checkpointing=True,
             callbacks=[every_step, GradientAccumulationScheduler({1: 3, 2: 2})],
         )
         fit.fit(module, loader(regression_data(56), shuffle=True), ckpt_path=ckpt)

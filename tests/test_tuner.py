@@ -50,7 +50,7 @@ class Tunable(trainer.Module):
 def fit(tmp_path: Path, model: Tunable, tune: str = "", **tune_args: object) -> tuple[list[torch.Tensor], object]:
     torch.manual_seed(0)
     tuned: object = None
-    model_trainer = quiet(tmp_path, max_epochs=2)
+    model_trainer = quiet(tmp_path, max_epochs=1)
     if tune:
         tuned = getattr(Tuner(model_trainer), tune)(model, **tune_args)
     model_trainer.fit(model)

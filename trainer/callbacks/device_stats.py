@@ -1,4 +1,4 @@
-"""``DeviceStatsMonitor``: the device's memory (and the host's CPU and memory use) in the loggers, as Lightning logs them.
+"""``DeviceStatsMonitor``: the device's memory (and the host's CPU and memory use) in the loggers, as Lightning does.
 
 Keys are Lightning's: ``DeviceStatsMonitor.on_train_batch_start/allocated_bytes.all.current`` (every
 entry of ``torch.cuda.memory_stats``) on CUDA; ``cpu_percent``, ``cpu_vm_percent`` and
@@ -54,9 +54,7 @@ class DeviceStatsMonitor(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
         self._log(trainer, "on_train_batch_start")
 
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._log(trainer, "on_train_batch_end", self._step)
 
     def on_validation_batch_start(

@@ -24,8 +24,10 @@ class GradientAccumulationScheduler(Callback):
 
     def __init__(self, scheduling: dict[int, int]) -> None:
         if not isinstance(scheduling, dict) or not scheduling:
-            raise TypeError(f"GradientAccumulationScheduler(scheduling={scheduling!r}): give a non-empty dict "
-                            "{epoch: accumulation factor}.")
+            raise TypeError(
+                f"GradientAccumulationScheduler(scheduling={scheduling!r}): give a non-empty dict "
+                "{epoch: accumulation factor}."
+            )
         keys, values = list(scheduling), list(scheduling.values())
         if any(not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in keys):
             raise ValueError(f"Epoch should be an int greater than or equal to 0. Got {keys}.")
@@ -56,7 +58,11 @@ class GradientAccumulationScheduler(Callback):
             )
         from trainer.module import Module
 
-        custom = [n for n in ("optimizer_step", "optimizer_zero_grad") if getattr(type(pl_module), n) is not getattr(Module, n)]
+        custom = [
+            n
+            for n in ("optimizer_step", "optimizer_zero_grad")
+            if getattr(type(pl_module), n) is not getattr(Module, n)
+        ]
         if self.going_to_accumulate_grad_batches() and custom:
             warnings.warn(
                 f"{type(pl_module).__name__} overrides optimizer_step/optimizer_zero_grad: with gradient accumulation "

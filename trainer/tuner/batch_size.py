@@ -55,8 +55,8 @@ class Search:
         self.trial, self.get, self.set, self.lengths = trial, get, set_, lengths
 
     def fits(self) -> bool:
-        """Run a trial; False if it ran out of memory (any other error propagates)."""
-        garbage_collection_cuda()
+        """Run a trial; False if it ran out of memory (any other error propagates). The garbage of a failed
+        trial (its traceback holds the frames that hold its tensors) is collected before the next."""
         try:
             self.trial()
         except (RuntimeError, MemoryError) as err:
@@ -70,7 +70,9 @@ class Search:
         """Lightning's ``_adjust_batch_size``: the next size to try, and whether it changed."""
         size = self.get()
         if self.lengths.length is not None and size >= self.lengths.length:
-            log.info(f"The batch size {size} is greater or equal than the length of your dataset: {self.lengths.length}.")
+            log.info(
+                f"The batch size {size} is greater or equal than the length of your dataset: {self.lengths.length}."
+            )
             return size, False
         new = value if value is not None else int(size * factor)
         if new > max_val:
@@ -118,8 +120,10 @@ def binsearch_scaling(search: Search, size: int, max_trials: int, max_val: int, 
             low = size
             if high is not None and high - low <= 1:
                 break
-            step = {"value": (high + low) // 2} if high is not None else {"factor": 2.0}
-            size, changed = search.adjust("succeeded", max_val, **step)
+            if high is None:
+                size, changed = search.adjust("succeeded", max_val, factor=2.0)
+            else:
+                size, changed = search.adjust("succeeded", max_val, value=(high + low) // 2)
             if not changed:
                 break
         else:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+import trainer.tuner.batch_size as bs
 from trainer.data.resolve import is_datamodule
 from trainer.optim import parse_optimizers
-from trainer.tuner import batch_size as bs
 from trainer.tuner.lr_finder import MODES as LR_MODES
 from trainer.tuner.lr_finder import LRFinder, LRRecorder
 from trainer.tuner.state import attr_holders, get_attr, isolated, set_attr
@@ -70,9 +70,9 @@ class Tuner:
             attr_name = _lr_attr_name(model, datamodule, attr_name)
         finder = LRFinder(mode, min_lr, max_lr, num_training)
         recorder = LRRecorder(num_training, early_stop_threshold)
-        with isolated(trainer, model, [recorder], max_steps=num_training, num_sanity_val_steps=0, limit_validation=0):
-            with _rising_lr(model, finder):
-                trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
+        flags = {"max_steps": num_training, "num_sanity_val_steps": 0, "limit_validation": 0}
+        with isolated(trainer, model, [recorder], **flags), _rising_lr(model, finder):
+            trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
         finder.results = trainer.strategy.broadcast({"lr": recorder.lrs, "loss": recorder.losses})
         if update_attr and (lr := finder.suggestion()) is not None:
             set_attr(model, datamodule, attr_name, lr)
@@ -133,7 +133,6 @@ class Tuner:
                 size = bs.power_scaling(search, size, max_trials, max_val)
             else:
                 size = bs.binsearch_scaling(search, size, max_trials, max_val, margin)
-            bs.garbage_collection_cuda()
         set_attr(model, datamodule, batch_arg_name, size)
         return size
 
