@@ -270,3 +270,12 @@ def test_the_guide_lists_exactly_what_a_port_cannot_find() -> None:
                 missing.add(f"{sub}.{public}")
     assert sorted(listed - missing) == [], "listed as missing, but a port finds them: remove their rows"
     assert sorted(missing - listed) == [], "a port cannot find these: add them to the guide's table"
+
+
+def test_move_data_to_device_moves_nested_tensors() -> None:
+    from trainer.utilities import move_data_to_device
+
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), "label")}
+    moved = move_data_to_device(batch, "meta")  # a device every machine has, unlike the tensors' own
+    assert moved["pair"][1] == "label" and moved["x"].shape == (2,)
+    assert moved["x"].device.type == moved["pair"][0].device.type == "meta" and batch["x"].device.type == "cpu"

@@ -1,6 +1,7 @@
 """What a Lightning script imports from ``lightning.pytorch.utilities`` (and its ``rank_zero``, ``grads``,
 ``types``, ``memory`` modules): a port's ``from trainer.utilities import ...`` finds it here."""
 
+from trainer.data.device import move_to_device as move_data_to_device
 from trainer.hparams import AttributeDict
 from trainer.utilities.grads import grad_norm
 from trainer.utilities.memory import garbage_collection_cuda, is_oom_error
@@ -25,6 +26,7 @@ __all__ = [
     "garbage_collection_cuda",
     "grad_norm",
     "is_oom_error",
+    "move_data_to_device",
     "rank_prefixed_message",
     "rank_zero_debug",
     "rank_zero_deprecation",
