@@ -22,6 +22,8 @@ PACKAGES = {
     r"lightning\.pytorch\.loggers(?:\.\w+)?": "trainer.loggers",
     r"lightning\.pytorch\.profilers(?:\.\w+)?": "trainer.profilers",
     r"lightning\.pytorch\.cli": "trainer.cli",
+    r"lightning\.pytorch\.utilities(?:\.\w+)?": "trainer.utilities",
+    r"lightning\.pytorch\.tuner(?:\.\w+)?": "trainer.tuner",
 }
 
 

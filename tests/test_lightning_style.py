@@ -200,6 +200,41 @@ def check_step_without_batch_idx(out: str, cwd: Path, world: int) -> None:
     assert int(value(out, "global_step")) == 4 // world
 
 
+def check_rank_zero_grad_norm(out: str, cwd: Path, world: int) -> None:
+    # rank_zero_only.rank is each process's global rank once the strategy is up; the helpers run on rank 0 only
+    for rank in range(world):
+        assert f"rank={rank} rank_zero_only.rank={rank} grad_keys=" in out
+    assert len(re.findall(r"^report from pid=\d+ global_step=(\d+)", out, re.MULTILINE)) == 1
+    assert int(value(out, "global_step")) == 16 // world
+    assert f"info: rank_zero_only.rank=0 world_size={world}" in out and out.count("info: rank_zero_only") == 1
+    assert out.count("UserWarning: warning: printed once") == 1
+    assert "'grad_2.0_norm/0.weight'" in out and "'grad_2.0_norm_total'" in out
+    assert math.isfinite(float(value(out, "grad_norm_total")))
+
+
+def check_tuner(out: str, cwd: Path, world: int) -> None:
+    if world == 1:  # 2, 4, ... 128 (the dataset's length) fit; binsearch's 5% margin: 121, as Lightning finds
+        assert "batch_size=121 datamodule.batch_size=121" in out
+    batches = -(-128 // (121 if world == 1 else 4 * world))
+    assert int(value(out, "global_step")) == 30 * batches
+    suggestion = float(value(out, "suggestion"))
+    assert 1e-5 < suggestion < 1.0 and value(out, "model_lr") == value(out, "suggestion")
+    assert 11 < int(value(out, "points")) <= 60
+    assert not list(cwd.glob(".lr_find*")) and not list(cwd.glob("runs"))  # no temporary files, no logs
+
+
+def check_accumulation_device_stats(out: str, cwd: Path, world: int) -> None:
+    for epoch, factor in enumerate([1, 2, 4]):
+        assert out.count(f"epoch={epoch} accumulate_grad_batches={factor}") == 1
+    batches = 8 // world
+    assert int(value(out, "global_step")) == batches + batches // 2 + -(-batches // 4)
+    hooks = ("on_train_batch_end", "on_train_batch_start")
+    stats = [
+        f"'DeviceStatsMonitor.{h}/{k}'" for h in hooks for k in ("cpu_percent", "cpu_swap_percent", "cpu_vm_percent")
+    ]
+    assert f"device_stats=[{', '.join(stats)}]" in out
+
+
 CHECKS: dict[str, Callable[[str, Path, int], None]] = {
     name.removeprefix("check_"): fn for name, fn in globals().items() if name.startswith("check_")
 }

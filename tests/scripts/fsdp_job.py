@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--configure-model", action="store_true")
     parser.add_argument("--stage", default="fit", choices=["fit", "validate", "predict"])
+    parser.add_argument("--schedule", action="store_true", help="GradientAccumulationScheduler({1: 3})")
     args = parser.parse_args()
     torch.manual_seed(0)
     strategy: Any = args.strategy
@@ -155,13 +156,15 @@ def main() -> None:
                 dirpath=args.out / "ckpts", monitor="val_loss", save_top_k=args.top_k, save_last=True
             )
         )
+    if args.schedule:
+        callbacks.append(trainer.callbacks.GradientAccumulationScheduler({1: 3}))
     fit = trainer.Trainer(
         accelerator="cpu",
         precision=args.precision,
         strategy=strategy,
         devices=args.devices,
         max_epochs=2,
-        accumulate_grad_batches=1 if args.manual else 2,
+        accumulate_grad_batches=1 if args.manual or args.schedule else 2,
         gradient_clip_val=None if args.manual else 0.1,  # small: it clips most steps
         logger=False,
         enable_progress_bar=False,

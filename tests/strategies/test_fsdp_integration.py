@@ -216,6 +216,15 @@ def test_fsdp_matches_ddp_with_adamw_schedule_accumulation_and_clipping(tmp_path
 
 
 @pytest.mark.slow
+def test_fsdp_changes_accumulation_between_epochs_as_ddp_does(tmp_path: Path) -> None:
+    """GradientAccumulationScheduler under FSDP: each micro-batch's sync is skipped on its own, nothing is fixed
+    at set-up, so a factor changed at an epoch start applies as under DDP (Lightning refuses only DeepSpeed)."""
+    fsdp, ddp = job(tmp_path, "fsdp", "--schedule"), job(tmp_path, "ddp", "--schedule", "--strategy", "ddp")
+    assert fsdp[0]["global_step"] == ddp[0]["global_step"] == 8 + 3  # epoch 0: 1 per step; epoch 1: 3, 3, 2
+    assert max_diff(fsdp[0], ddp[0]) < 1e-5
+
+
+@pytest.mark.slow
 def test_fsdp_manual_optimization_matches_ddp(tmp_path: Path) -> None:
     fsdp, ddp = job(tmp_path, "fsdp", "--manual"), job(tmp_path, "ddp", "--manual", "--strategy", "ddp")
     assert fsdp[0]["global_step"] == ddp[0]["global_step"] == 32

@@ -1,0 +1,281 @@
+"""Lightning's everyday tools a port imports: ``trainer.utilities`` (rank-zero helpers, ``grad_norm``),
+``DeviceStatsMonitor`` and ``GradientAccumulationScheduler``."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.lightning_port import port
+from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
+from trainer.callbacks import DeviceStatsMonitor, GradientAccumulationScheduler
+from trainer.loggers.base import Logger
+from trainer.utilities import grad_norm, rank_zero_info, rank_zero_only, rank_zero_warn
+from trainer.utilities.rank_zero import _rank_from_environment, set_global_rank
+
+
+class Memory(Logger):
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+
+# ---- trainer.utilities ------------------------------------------------------------------------------------
+def test_lightning_utilities_imports_port_to_trainer_utilities() -> None:
+    assert port("from lightning.pytorch.utilities import rank_zero_only, grad_norm") == (
+        "from trainer.utilities import rank_zero_only, grad_norm"
+    )
+    assert port("from lightning.pytorch.utilities.rank_zero import rank_zero_info") == (
+        "from trainer.utilities import rank_zero_info"
+    )
+    assert port("from lightning.pytorch.tuner import Tuner") == "from trainer.tuner import Tuner"
+
+
+def test_rank_zero_helpers_run_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    calls: list[int] = []
+    noted = rank_zero_only(calls.append)
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    noted(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rank_zero_warn("not from rank 1")
+    set_global_rank(0)
+    noted(0)
+    with pytest.warns(UserWarning, match="from rank 0"):
+        rank_zero_warn("from rank 0")
+    with caplog.at_level("INFO"):
+        rank_zero_info("info from rank 0")
+    assert calls == [0] and not caught and "info from rank 0" in caplog.text
+
+
+def test_rank_comes_from_the_launchers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert _rank_from_environment() == 0
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("LOCAL_RANK", "2")  # before SLURM_PROCID, which SLURM sets even when it did not launch
+    assert _rank_from_environment() == 2
+    monkeypatch.setenv("RANK", "3")
+    assert _rank_from_environment() == 3
+
+
+def test_grad_norm_keys_and_values() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    net(torch.randn(4, 3)).sum().backward()
+    net[1].bias.grad = None  # a parameter without a gradient is left out
+    norms = grad_norm(net, norm_type=2)
+    grads = {name: p.grad for name, p in net.named_parameters() if p.grad is not None}
+    assert sorted(norms) == sorted([f"grad_2.0_norm/{n}" for n in grads] + ["grad_2.0_norm_total"])
+    assert torch.allclose(norms["grad_2.0_norm/0.weight"], grads["0.weight"].norm())
+    total = torch.cat([g.flatten() for g in grads.values()]).norm()
+    assert torch.allclose(norms["grad_2.0_norm_total"], total)
+    assert "grad_inf_norm_total" in grad_norm(net, "inf")
+    with pytest.raises(ValueError, match="positive number or 'inf'"):
+        grad_norm(net, 0)
+
+
+# ---- DeviceStatsMonitor ----------------------------------------------------------------------------------
+def test_device_stats_reach_the_loggers_at_logging_steps(tmp_path: Path) -> None:
+    memory = Memory()
+    fit = quiet(tmp_path, max_epochs=1, logger=memory, log_every_n_steps=2, callbacks=[DeviceStatsMonitor()])
+    fit.fit(Regressor(), loader(regression_data(48)), loader(regression_data(16)))  # 6 training batches
+    rows = [(step, key) for step, values in memory.rows for key in values if key.startswith("DeviceStatsMonitor.")]
+    start = "DeviceStatsMonitor.on_train_batch_start/"
+    assert sorted({step for step, key in rows if key.startswith(start)}) == [1, 3, 5]  # (step + 1) % 2 == 0
+    keys = {key.split("/", 1)[1] for _, key in rows}
+    assert keys == {"cpu_percent", "cpu_vm_percent", "cpu_swap_percent"}
+    hooks = {key.split("/", 1)[0] for _, key in rows}
+    assert {start[:-1], "DeviceStatsMonitor.on_train_batch_end"} <= hooks
+    values = [v for _, row in memory.rows for k, v in row.items() if k.endswith("cpu_vm_percent")]
+    assert values and all(0 < v <= 100 for v in values)
+
+
+def test_device_stats_cpu_stats_false_logs_nothing_on_cpu(tmp_path: Path) -> None:
+    memory = Memory()
+    fit = quiet(tmp_path, max_epochs=1, logger=memory, log_every_n_steps=1, callbacks=[DeviceStatsMonitor(False)])
+    fit.fit(Regressor(), loader(regression_data(16)))
+    assert memory.rows and not [k for _, row in memory.rows for k in row if k.startswith("DeviceStatsMonitor")]
+
+
+def test_device_stats_needs_a_logger(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs a logger"):
+        quiet(tmp_path, callbacks=[DeviceStatsMonitor()]).fit(Regressor(), loader(regression_data(16)))
+    with pytest.raises(ValueError, match="cpu_stats='yes'"):
+        DeviceStatsMonitor(cpu_stats="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.cuda
+def test_device_stats_on_cuda_are_the_allocators(tmp_path: Path) -> None:
+    memory = Memory()
+    fit = quiet(
+        tmp_path,
+        accelerator="cuda",
+        devices=1,
+        max_epochs=1,
+        logger=memory,
+        log_every_n_steps=1,
+        callbacks=[DeviceStatsMonitor()],
+    )
+    fit.fit(Regressor(), loader(regression_data(16)))
+    keys = {k.split("/", 1)[1] for _, row in memory.rows for k in row if k.startswith("DeviceStatsMonitor.")}
+    assert "allocated_bytes.all.current" in keys and "cpu_percent" not in keys
+
+
+# ---- GradientAccumulationScheduler ---------------------------------------------------------------------
+def hand_loop(module: Regressor, data: torch.utils.data.DataLoader, schedule: list[int]) -> None:
+    """A user's loop whose accumulation changes per epoch (a last partial window averages what it has)."""
+    optimizer = module.configure_optimizers()
+    module.train()
+    total = len(data)
+    for accumulate in schedule:
+        for i, (x, y) in enumerate(data):
+            window = min(accumulate, total - (i - i % accumulate))
+            loss = torch.nn.functional.mse_loss(module.net(x), y)
+            (loss if window == 1 else loss / window).backward()
+            if (i + 1) % accumulate == 0 or i + 1 == total:
+                optimizer.step()
+                optimizer.zero_grad()
+
+
+def test_accumulation_schedule_equals_a_hand_loop(tmp_path: Path) -> None:
+    ds = regression_data(n=88)  # 11 batches: partial windows for 2, 3 and 4
+    torch.manual_seed(1)
+    reference = Regressor()
+    torch.manual_seed(1)
+    ours = Regressor()
+    hand_loop(reference, loader(ds), [1, 2, 2, 3, 4])
+    scheduler = GradientAccumulationScheduler(scheduling={1: 2, 3: 3, 4: 4})
+    fit = quiet(tmp_path, max_epochs=5, callbacks=[scheduler])
+    fit.fit(ours, loader(ds))
+    assert fit.global_step == 11 + 6 + 6 + 4 + 3 and fit.accumulate_grad_batches == 4
+    assert_bitwise_equal(params(reference), params(ours))
+
+
+def test_accumulation_schedule_lookup_and_validation() -> None:
+    scheduler = GradientAccumulationScheduler({2: 4, 5: 1})
+    assert [scheduler.get_accumulate_grad_batches(e) for e in range(7)] == [1, 1, 4, 4, 4, 1, 1]
+    with pytest.raises(TypeError, match="non-empty dict"):
+        GradientAccumulationScheduler({})
+    with pytest.raises(ValueError, match=r"Epoch should be an int greater than or equal to 0. Got \[-1\]"):
+        GradientAccumulationScheduler({-1: 2})
+    with pytest.raises(ValueError, match=r"Accumulation factor should be an int greater than 0. Got \[0\]"):
+        GradientAccumulationScheduler({1: 0})
+
+
+def test_accumulation_schedule_refuses_what_lightning_refuses(tmp_path: Path) -> None:
+    schedule = GradientAccumulationScheduler({1: 2})
+    with pytest.raises(ValueError, match=r"accumulate_grad_batches=2\) and a GradientAccumulationScheduler"):
+        quiet(tmp_path, max_epochs=2, callbacks=[schedule], accumulate_grad_batches=2).fit(
+            Regressor(), loader(regression_data(16))
+        )
+
+    class Manual(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            self.manual_backward(torch.nn.functional.mse_loss(self.net(batch[0]), batch[1]))
+            self.optimizers().step()
+
+    with pytest.raises(RuntimeError, match="manual optimization"):
+        quiet(tmp_path, max_epochs=2, callbacks=[GradientAccumulationScheduler({1: 2})]).fit(
+            Manual(), loader(regression_data(16))
+        )
+
+
+def test_a_second_fit_with_the_same_scheduler_is_not_refused(tmp_path: Path) -> None:
+    fit = quiet(tmp_path, max_epochs=2, callbacks=[GradientAccumulationScheduler({1: 2})])
+    fit.fit(Regressor(), loader(regression_data(32)))
+    fit.fit(Regressor(), loader(regression_data(32)))
+    assert fit.global_step == 4 + 2
+
+
+def test_resume_inside_a_scheduled_epoch_is_bitwise_equal(tmp_path: Path) -> None:
+    """A run resumed mid-epoch gets that epoch's factor (set in on_train_start), not the Trainer's default."""
+
+    def run(folder: Path, ckpt: Path | None = None) -> tuple[list[torch.Tensor], Any]:
+        import trainer
+
+        torch.manual_seed(0)
+        module = Regressor(dropout=0.2)
+        every_step = trainer.ModelCheckpoint(
+            dirpath=folder, filename="step{step}", auto_insert_metric_name=False, save_top_k=-1, every_n_train_steps=1
+        )
+        fit = quiet(
+            tmp_path,
+            max_epochs=3,
+            enable_checkpointing=True,
+            callbacks=[every_step, GradientAccumulationScheduler({1: 3, 2: 2})],
+        )
+        fit.fit(module, loader(regression_data(56), shuffle=True), ckpt_path=ckpt)
+        return params(module), fit
+
+    final, fit = run(tmp_path / "full")
+    assert fit.global_step == 7 + 3 + 4
+    for step in (8, 11):  # inside epoch 1 (accumulating 3) and inside epoch 2 (accumulating 2)
+        resumed, resumed_fit = run(tmp_path / f"resume{step}", tmp_path / "full" / f"step{step}.ckpt")
+        assert resumed_fit.global_step == fit.global_step
+        assert_bitwise_equal(resumed, final)
+
+
+# ---- the migration guide's list of what a port cannot find ------------------------------------------------
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "migration" / "from-lightning.md"
+LIGHTNING_MODULES = ("", "callbacks", "loggers", "profilers", "utilities", "tuner", "cli")
+
+
+def lightning_public_names(module: Any) -> list[str]:
+    """A Lightning module's ``__all__``, else what it defines itself (``cli`` has no ``__all__``)."""
+    import typing
+
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [
+        name
+        for name, obj in vars(module).items()
+        if not name.startswith("_")
+        and getattr(obj, "__module__", None) == module.__name__
+        and not isinstance(obj, typing.TypeVar)
+    ]
+
+
+@pytest.mark.slow  # importing Lightning costs ~6 s of CPU
+def test_the_guide_lists_exactly_what_a_port_cannot_find() -> None:
+    """Every public Lightning name whose ported import fails is in the guide's table, and nothing else is."""
+    import importlib
+
+    pytest.importorskip("lightning.pytorch")
+    section = GUIDE.read_text().split("## What a port cannot find", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`(\w+\.\w+)`", row)}
+    missing = set()
+    for sub in LIGHTNING_MODULES:
+        name = "lightning.pytorch" + (f".{sub}" if sub else "")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(name)
+        for public in lightning_public_names(module):
+            if sub == "tuner" and public != "Tuner":
+                continue  # the rest of its namespace is its submodules
+            try:
+                exec(port(f"from {name} import {public}"), {})
+            except ImportError:
+                missing.add(f"{sub}.{public}")
+    assert sorted(listed - missing) == [], "listed as missing, but a port finds them: remove their rows"
+    assert sorted(missing - listed) == [], "a port cannot find these: add them to the guide's table"
+
+
+def test_move_data_to_device_moves_nested_tensors() -> None:
+    from trainer.utilities import move_data_to_device
+
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), "label")}
+    moved = move_data_to_device(batch, "meta")  # a device every machine has, unlike the tensors' own
+    assert moved["pair"][1] == "label" and moved["x"].shape == (2,)
+    assert moved["x"].device.type == moved["pair"][0].device.type == "meta" and batch["x"].device.type == "cpu"
