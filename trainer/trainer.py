@@ -236,7 +236,7 @@ class Trainer:
         max_time: Any,
     ) -> list[Callback]:
         """The given callbacks plus the defaults that the ``enable_*`` flags and ``max_time`` ask for."""
-        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar, Timer
+        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
 
         given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
         for cb in given:

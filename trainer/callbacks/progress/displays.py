@@ -75,6 +75,7 @@ class LineDisplay:
 
     def open(self, key: str, desc: str, total: int | None, initial: int, position: int, leave: bool) -> None:
         self._bars[key] = _Line(desc, total, initial, n=initial)
+        self._last_print = time.monotonic()  # the first line comes an interval in (or at the end)
 
     def update(self, key: str, n: int, metrics: Metrics | None, final: bool = False) -> None:
         bar = self._bars.get(key)
