@@ -417,3 +417,31 @@ def test_progress_bar_refresh_rate(tmp_path: Path, capsys: pytest.CaptureFixture
     quiet(tmp_path, max_epochs=1, callbacks=[bar], enable_progress_bar=True).fit(Shown(), data(16))
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Epoch ")]
     assert [ln.split(" [")[0] for ln in lines] == ["Epoch 0:  50% 2/4", "Epoch 0: 100% 4/4"]
+
+
+# ---- last.ckpt at the end of a fit that saved nothing else ---------------------------------------------
+def test_last_ckpt_is_written_when_no_epoch_was_due(tmp_path: Path) -> None:
+    """Lightning 2.6's rule: ModelCheckpoint(every_n_epochs=2, save_last=True) with max_epochs=1 writes last.ckpt."""
+    saver = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_epochs=2, save_last=True)
+    run = quiet(tmp_path, max_epochs=1, callbacks=[saver], enable_checkpointing=True)
+    run.fit(Regressor(), data(16))
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["last.ckpt"]
+    assert saver.last_model_path == str(tmp_path / "ckpts" / "last.ckpt") and saver.best_model_path == ""
+    resumed = quiet(
+        tmp_path,
+        max_epochs=2,
+        callbacks=[trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts")],
+        enable_checkpointing=True,
+    )
+    resumed.fit(Regressor(), data(16), ckpt_path="last")
+    assert resumed.global_step == 8  # epoch 0 came from last.ckpt
+
+
+def test_last_ckpt_is_not_rewritten_when_the_due_epoch_saved(tmp_path: Path) -> None:
+    saver = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_epochs=2, filename="{epoch}")
+    quiet(tmp_path, max_epochs=3, callbacks=[saver], enable_checkpointing=True).fit(Regressor(), data(16))
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["epoch=1.ckpt", "last.ckpt"]
+    assert torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)["global_step"] == 8  # as Lightning's
+    none = trainer.ModelCheckpoint(dirpath=tmp_path / "none", every_n_epochs=2, save_last=False)
+    quiet(tmp_path, max_epochs=1, callbacks=[none], enable_checkpointing=True).fit(Regressor(), data(16))
+    assert not (tmp_path / "none").exists()
