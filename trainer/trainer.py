@@ -88,9 +88,11 @@ class Trainer:
         Args:
             accelerator: "auto" (CUDA, then MPS, then CPU), "cpu", "cuda", "gpu" or "mps".
             devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
-            strategy: "auto", "single", "dp", "ddp", or a Strategy instance (e.g. DDPStrategy(...)).
+            strategy: "auto", "single", "ddp", "dp", "fsdp" (``trainer.strategies.STRATEGIES``), or a Strategy
+                instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
-            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", or a Precision.
+            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", "16-true", "bf16-true"
+                (``trainer.precision.PRECISIONS``), or a Precision.
             max_epochs: stop after this many epochs (default 1000 unless max_steps is set; -1: no limit).
             min_epochs: train at least this many epochs, even if early stopping asks to stop.
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
