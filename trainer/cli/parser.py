@@ -109,9 +109,10 @@ class ArgumentParser(jsonargparse.ArgumentParser):
             if link_to != AUTOMATIC:
                 self.link_arguments(key, link_to, compute_fn=_class_path_adder(classes))
 
-    def format_help(self) -> str:
+    def format_help(self, formatter: Any = None) -> str:
+        """Docstring markup as plain text, so headings read ``Runs a Module``, not ````Module````."""
         plain_help(self)
-        return str(super().format_help())
+        return str(super().format_help(formatter))
 
     def usage_error(self, what: str, err: BaseException) -> NoReturn:
         """Report through the parser (usage, one line, exit 2), not as a traceback."""
