@@ -110,7 +110,7 @@ class ArgumentParser(jsonargparse.ArgumentParser):
                 self.link_arguments(key, link_to, compute_fn=_class_path_adder(classes))
 
     def format_help(self, formatter: Any = None) -> str:
-        """Docstring markup as plain text, so headings read ``Runs a Module``, not ````Module````."""
+        """The help with docstring markup (double backquotes, ``:class:`` roles) shown as plain text."""
         plain_help(self)
         return str(super().format_help(formatter))
 
