@@ -6,6 +6,8 @@ from typing import Any
 from trainer.callbacks.progress.base import ProgressBar
 from trainer.callbacks.progress.tqdm_progress import TQDMProgressBar
 
+ProgressBar._built_by_name = TQDMProgressBar  # ProgressBar(refresh_rate=...), steadytrain 0.1's bar, builds it
+
 
 def __getattr__(name: str) -> Any:
     if name in ("RichProgressBar", "RichProgressBarTheme"):

@@ -25,11 +25,11 @@ class ProgressBar(Callback):
     named its bar ``ProgressBar``), so older code keeps working.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is ProgressBar:
-            from trainer.callbacks.progress.tqdm_progress import TQDMProgressBar
+    _built_by_name: type[ProgressBar] | None = None  # what ``ProgressBar(...)`` builds; set by the package
 
-            return super().__new__(TQDMProgressBar)
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is ProgressBar and cls._built_by_name is not None:
+            return super().__new__(cls._built_by_name)
         return super().__new__(cls)
 
     def __init__(self) -> None:
