@@ -8,8 +8,10 @@ moves every ``refresh_rate`` batches, and metrics are read only when a bar is dr
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.progress.base import ProgressBar
@@ -35,7 +37,9 @@ class StagedProgressBar(ProgressBar):
         self._leave = leave
         self.line_interval_s = line_interval_s
         self._display: Display | None = None
-        self._train_open = False
+        self._train_open = False  # only when enabled
+        self._train_total: int | float = math.inf
+        self._train_metrics: Callable[[], dict[str, Any]] = dict
         self._loader_idx: int | None = None  # the loader whose evaluation bar is open
         self._eval_n = 0
         self._eval_total: int | float = math.inf
@@ -72,15 +76,18 @@ class StagedProgressBar(ProgressBar):
             initial = trainer.fit_loop.progress.batches_done  # > 0 after a mid-epoch resume
             self.display.open("train", f"Epoch {trainer.current_epoch}", total, initial, 0, leave=True)
             self._train_open = True
+            self._train_total = math.inf if total is None else total
+            self._train_metrics = functools.partial(self.get_metrics, trainer, trainer.lightning_module)
 
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if trainer.fit_loop.progress.batches_done:  # resumed mid-epoch: on_train_epoch_start does not run
             self._open_train(trainer)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Every batch: a few attribute reads and a clock read (the display decides whether to draw).
         n = trainer.fit_loop.progress.batches_done
-        if self._due(n, self.total_train_batches):
-            self.display.update("train", n, lambda: self.get_metrics(trainer, pl_module))
+        if self._train_open and (n % self._refresh_rate == 0 or n == self._train_total):
+            self._display.update("train", n, self._train_metrics)  # type: ignore[union-attr]
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self.is_enabled and self._train_open:
