@@ -253,8 +253,10 @@ def summarise(fit: trainer.Trainer) -> None:
     print("\n== UNet / Carvana: done ==")
     if dice is not None:
         print(f"validation dice : {float(dice):.4f}")
-    if callback is not None:
-        print(f"checkpoints     : {callback.dirpath} (last: {callback.last_model_path})")
+    if callback is not None and callback.dirpath is not None and Path(callback.dirpath).is_dir():
+        last = callback.last_model_path
+        shown = f" (last: {last})" if last and Path(last).exists() else ""
+        print(f"checkpoints     : {callback.dirpath}{shown}")
     print(f"metrics         : {fit.log_dir / 'metrics.csv'}")
     print(f"sample masks    : {fit.log_dir / 'samples'}")
 

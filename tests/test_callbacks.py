@@ -389,31 +389,22 @@ class Shown(Regressor):
 
 
 def test_progress_bar_prints_plain_lines_without_a_tty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bar = trainer.ProgressBar(refresh_rate=1, line_interval_s=0)
+    bar = trainer.ProgressBar(refresh_rate=1, line_interval_s=0)  # steadytrain 0.1's name builds a TQDMProgressBar
+    assert isinstance(bar, trainer.callbacks.TQDMProgressBar)
     module = Shown()
     quiet(tmp_path, max_epochs=2, callbacks=[bar], enable_progress_bar=True).fit(module, data(16), data(8))
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch ")]
-    pattern = re.compile(r"epoch (\d) batch (\d)/4 step (\d) [\d.]+ it/s loss=(\S+) seen=(\S+)(?: val_metric=(\S+))?$")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Epoch ")]
+    pattern = re.compile(r"Epoch (\d): +\d+% (\d)/4 \[.*it/s, seen=(\S+?)(?:, val_metric=(\S+))?\]$")
     parsed = [pattern.match(ln) for ln in lines]
     assert all(parsed), lines
-    # One line per batch (refresh_rate=1) plus one at each epoch end.
-    assert [(int(m[1]), int(m[2]), int(m[3])) for m in parsed if m] == [
-        (0, 1, 1),
-        (0, 2, 2),
-        (0, 3, 3),
-        (0, 4, 4),
-        (0, 4, 4),
-        (1, 1, 5),
-        (1, 2, 6),
-        (1, 3, 7),
-        (1, 4, 8),
-        (1, 4, 8),
-    ]
-    batch_lines = [m for i, m in enumerate(parsed) if i % 5 != 4]
-    assert [m[4] for m in batch_lines if m] == [f"{loss:.4g}" for loss in module.losses]
-    assert [float(m[5]) for m in batch_lines if m] == [0, 1, 2, 3, 10, 11, 12, 13]
+    # One line per batch (refresh_rate=1), one more at the end of epoch 0 as validation added its metric;
+    # no `loss=` (only what was logged with prog_bar=True, as in Lightning).
+    assert [(int(m[1]), int(m[2])) for m in parsed if m] == [
+        (0, 1), (0, 2), (0, 3), (0, 4), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4)
+    ]  # fmt: skip
+    assert [float(m[3]) for m in parsed if m] == [0, 1, 2, 3, 3, 10, 11, 12, 13]
     # Validation's prog_bar metric appears once validation ran (end of epoch 0 onwards).
-    assert [m[6] for m in parsed if m] == [None] * 4 + ["0.25"] * 6
+    assert [m[4] for m in parsed if m] == [None] * 4 + ["0.250"] * 5
 
 
 def test_progress_bar_is_quiet_when_disabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -424,9 +415,33 @@ def test_progress_bar_is_quiet_when_disabled(tmp_path: Path, capsys: pytest.Capt
 def test_progress_bar_refresh_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bar = trainer.ProgressBar(refresh_rate=2, line_interval_s=0)
     quiet(tmp_path, max_epochs=1, callbacks=[bar], enable_progress_bar=True).fit(Shown(), data(16))
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch ")]
-    assert [ln.split(" it/s")[0].rsplit(" ", 1)[0] for ln in lines] == [
-        "epoch 0 batch 2/4 step 2",
-        "epoch 0 batch 4/4 step 4",
-        "epoch 0 batch 4/4 step 4",
-    ]
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Epoch ")]
+    assert [ln.split(" [")[0] for ln in lines] == ["Epoch 0:  50% 2/4", "Epoch 0: 100% 4/4"]
+
+
+# ---- last.ckpt at the end of a fit that saved nothing else ---------------------------------------------
+def test_last_ckpt_is_written_when_no_epoch_was_due(tmp_path: Path) -> None:
+    """Lightning 2.6's rule: ModelCheckpoint(every_n_epochs=2, save_last=True) with max_epochs=1 writes last.ckpt."""
+    saver = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_epochs=2, save_last=True)
+    run = quiet(tmp_path, max_epochs=1, callbacks=[saver], enable_checkpointing=True)
+    run.fit(Regressor(), data(16))
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["last.ckpt"]
+    assert saver.last_model_path == str(tmp_path / "ckpts" / "last.ckpt") and saver.best_model_path == ""
+    resumed = quiet(
+        tmp_path,
+        max_epochs=2,
+        callbacks=[trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts")],
+        enable_checkpointing=True,
+    )
+    resumed.fit(Regressor(), data(16), ckpt_path="last")
+    assert resumed.global_step == 8  # epoch 0 came from last.ckpt
+
+
+def test_last_ckpt_is_not_rewritten_when_the_due_epoch_saved(tmp_path: Path) -> None:
+    saver = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_epochs=2, filename="{epoch}")
+    quiet(tmp_path, max_epochs=3, callbacks=[saver], enable_checkpointing=True).fit(Regressor(), data(16))
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["epoch=1.ckpt", "last.ckpt"]
+    assert torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)["global_step"] == 8  # as Lightning's
+    none = trainer.ModelCheckpoint(dirpath=tmp_path / "none", every_n_epochs=2, save_last=False)
+    quiet(tmp_path, max_epochs=1, callbacks=[none], enable_checkpointing=True).fit(Regressor(), data(16))
+    assert not (tmp_path / "none").exists()

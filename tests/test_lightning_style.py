@@ -233,6 +233,24 @@ def check_accumulation_device_stats(out: str, cwd: Path, world: int) -> None:
         f"'DeviceStatsMonitor.{h}/{k}'" for h in hooks for k in ("cpu_percent", "cpu_swap_percent", "cpu_vm_percent")
     ]
     assert f"device_stats=[{', '.join(stats)}]" in out
+def _bar_lines(out: str, world: int) -> None:
+    batches, val = -(-100 // world // 4), 24 // world // 4
+    for epoch in range(2):  # a log file gets each epoch's end at 100%, with only the prog_bar values
+        assert re.search(
+            rf"^Epoch {epoch}: 100% {batches}/{batches} \[.*, v_num=\d+, train_loss=\S+, val_loss=\S+\]$", out, re.M
+        )
+    assert len(re.findall(rf"^Validation DataLoader 0: 100% {val}/{val} ", out, re.MULTILINE)) == 2
+    assert re.search(r"^Sanity Checking DataLoader 0: 100% 2/2 ", out, re.MULTILINE)
+
+
+def check_tqdm_progress_bar(out: str, cwd: Path, world: int) -> None:
+    _bar_lines(out, world)
+    assert "bar=TQDMProgressBar refresh_rate=10" in out
+
+
+def check_rich_progress_bar(out: str, cwd: Path, world: int) -> None:
+    _bar_lines(out, world)
+    assert "bar=RichProgressBar" in out
 
 
 CHECKS: dict[str, Callable[[str, Path, int], None]] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +369,14 @@ def test_datamodule(tmp_path: Path) -> None:
     assert fit.test(module, datamodule=dm)[0]["test_count"] == 16.0
     assert len(fit.predict(module, datamodule=dm)) == 2
     assert dm.stages == ["fit", "fit", "validate", "test", "predict"]
+
+
+# ---- an epoch shorter than the logging interval ---------------------------------------------------------
+def test_an_epoch_shorter_than_log_every_n_steps_warns_naming_both(tmp_path: Path) -> None:
+    data = loader(regression_data(n=100), batch_size=4)  # 25 batches an epoch
+    with pytest.warns(UserWarning, match=r"training batches \(25\) is smaller than .*log_every_n_steps=50\)"):
+        models.quiet(tmp_path, max_epochs=1, logger=True).fit(Regressor(), data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the interval fits, or nothing logs
+        models.quiet(tmp_path, max_epochs=1, logger=True, log_every_n_steps=25).fit(Regressor(), data)
+        models.quiet(tmp_path, max_epochs=1, logger=False).fit(Regressor(), data)

@@ -73,11 +73,11 @@ def test_print_on_global_rank_zero_only(capsys: Any) -> None:
 def test_print_goes_above_a_drawing_progress_bar() -> None:
     written: list[tuple[str, dict[str, Any]]] = []
     bar = ProgressBar()
-    bar._bar = SimpleNamespace(write=lambda s, **kw: written.append((s, kw)))
+    bar._display = SimpleNamespace(write=lambda s, **kw: written.append((s, kw)))  # type: ignore[attr-defined]
     module = Regressor()
     object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=0, progress_bar_callback=bar))
     module.print("a", 2, sep="-", flush=True)
-    assert written == [("a-2", {})]
+    assert written == [("a-2", {"end": "\n"})]
 
 
 # ---- all_gather --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -237,3 +238,22 @@ def test_shufflenet_loss_decreases_on_synthetic_data() -> None:
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_the_recipe_summary_names_only_what_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from recipes.unet_carvana import summarise
+
+    def fake(dirpath: Path, last: str) -> Any:
+        callback = SimpleNamespace(dirpath=dirpath, last_model_path=last)
+        return SimpleNamespace(is_global_zero=True, callback_metrics={}, checkpoint_callback=callback, log_dir=tmp_path)
+
+    summarise(fake(tmp_path / "missing", ""))
+    assert "checkpoints" not in capsys.readouterr().out
+    (tmp_path / "ckpts").mkdir()
+    summarise(fake(tmp_path / "ckpts", ""))
+    assert f"checkpoints     : {tmp_path / 'ckpts'}\n" in capsys.readouterr().out
+    (tmp_path / "ckpts" / "last.ckpt").write_bytes(b"")
+    summarise(fake(tmp_path / "ckpts", str(tmp_path / "ckpts" / "last.ckpt")))
+    assert f"(last: {tmp_path / 'ckpts' / 'last.ckpt'})" in capsys.readouterr().out

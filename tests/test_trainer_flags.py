@@ -325,5 +325,5 @@ def test_a_resumed_run_says_where_it_resumed_and_its_rate_is_right(
     quiet(tmp_path, max_epochs=1, callbacks=[bar], enable_progress_bar=True).fit(Regressor(), data, ckpt_path=path)
     out = capsys.readouterr().out
     assert f"resumed from {path} at epoch 0, step 3" in out
-    rates = [float(r) for r in re.findall(r"([\d.]+) it/s", out)]
+    rates = [float(r) for r in re.findall(r"([\d.]+)it/s", out)]
     assert len(rates) >= 5 and all(0 < r < 1e6 for r in rates) and not math.isinf(max(rates))

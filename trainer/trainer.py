@@ -88,9 +88,11 @@ class Trainer:
         Args:
             accelerator: "auto" (CUDA, then MPS, then CPU), "cpu", "cuda", "gpu" or "mps".
             devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
-            strategy: "auto", "single", "dp", "ddp", or a Strategy instance (e.g. DDPStrategy(...)).
+            strategy: "auto", "single", "ddp", "dp", "fsdp" (``trainer.strategies.STRATEGIES``), or a Strategy
+                instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
-            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", or a Precision.
+            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", "16-true", "bf16-true"
+                (``trainer.precision.PRECISIONS``), or a Precision.
             max_epochs: stop after this many epochs (default 1000 unless max_steps is set; -1: no limit).
             min_epochs: train at least this many epochs, even if early stopping asks to stop.
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
@@ -121,7 +123,7 @@ class Trainer:
                 (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
             default_root_dir: folder for run folders (logs, checkpoints).
             logger: True for the CSV logger, False for none, or Logger instance(s).
-            callbacks: extra callbacks (a ModelCheckpoint and a ProgressBar are added if missing).
+            callbacks: extra callbacks (a ModelCheckpoint and a TQDMProgressBar are added if missing).
             enable_progress_bar: draw a progress bar on rank zero.
             enable_checkpointing: keep last.ckpt and the best checkpoints.
             enable_model_summary: print the module's layers and parameter counts when fit starts (a
@@ -236,7 +238,7 @@ class Trainer:
         max_time: Any,
     ) -> list[Callback]:
         """The given callbacks plus the defaults that the ``enable_*`` flags and ``max_time`` ask for."""
-        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer
+        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
 
         given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
         for cb in given:
@@ -249,8 +251,13 @@ class Trainer:
             given.append(ModelCheckpoint())
         if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):
             raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
-        if progress and not any(isinstance(cb, ProgressBar) for cb in given):
-            given.append(ProgressBar())
+        bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
+        if bars and not progress:
+            raise ValueError(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
+        if len(bars) > 1:
+            raise ValueError(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
+        if progress and not bars:
+            given.append(TQDMProgressBar())
         if summary and not any(isinstance(cb, ModelSummary) for cb in given):
             given.append(ModelSummary())
         if max_time is not None:

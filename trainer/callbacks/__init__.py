@@ -7,7 +7,7 @@ from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping
 from trainer.callbacks.model_summary import ModelSummary
-from trainer.callbacks.progress import ProgressBar
+from trainer.callbacks.progress import ProgressBar, TQDMProgressBar
 
 # The callbacks a Trainer may add itself are imported above; the others load on first use, so that
 # `import trainer` stays cheap (each module costs milliseconds, and most runs use none of them).
@@ -19,6 +19,7 @@ _LAZY = {
     "GradientAccumulationScheduler": "gradient_accumulation",
     "LambdaCallback": "lambda_function",
     "LearningRateMonitor": "lr_monitor",
+    "RichProgressBar": "progress.rich_progress",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "Timer": "timer",
 }
@@ -43,6 +44,8 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "RichProgressBar",
     "StochasticWeightAveraging",
+    "TQDMProgressBar",
     "Timer",
 ]

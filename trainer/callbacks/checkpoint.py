@@ -91,6 +91,7 @@ class ModelCheckpoint(Callback):
         self.current_score: float | None = None
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
         self._last_time_saved = time.monotonic()
+        self._saved_this_fit = False
 
     @property
     def state_key(self) -> str:
@@ -112,6 +113,7 @@ class ModelCheckpoint(Callback):
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = Path(trainer.strategy.broadcast(str(trainer.log_dir / "checkpoints")))
         self._last_time_saved = time.monotonic()
+        self._saved_this_fit = False
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._skip(trainer):
@@ -130,6 +132,12 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
+
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
+        """Lightning's rule: with ``save_last``, a fit that saved nothing (``every_n_epochs`` larger than
+        ``max_epochs``, say) still ends with ``last.ckpt``, so ``ckpt_path="last"`` has a run to resume."""
+        if self.save_last and not self._saved_this_fit and not self._skip(trainer):
+            self._write_last(trainer)
 
     def _skip(self, trainer: Trainer) -> bool:
         return (
@@ -156,6 +164,7 @@ class ModelCheckpoint(Callback):
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._last_time_saved = time.monotonic()
+        self._saved_this_fit = True
         score = self._score(trainer)
         self.current_score = score
         path = self._path(trainer)
@@ -179,6 +188,17 @@ class ModelCheckpoint(Callback):
                 lg.after_save_checkpoint(self)
         if self.verbose and trainer.is_global_zero:
             self._report(trainer, path if keep else last, score, keep)
+
+    def _write_last(self, trainer: Trainer) -> None:
+        """``last.ckpt`` alone, outside the top-k (collective, as ``save``)."""
+        assert self.dirpath is not None
+        self._last_global_step_saved = trainer.global_step
+        self._saved_this_fit = True
+        last = self.dirpath / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        self.last_model_path = str(last)
+        trainer.save_checkpoint(last, weights_only=self.save_weights_only)
+        if self.verbose and trainer.is_global_zero:
+            self._report(trainer, last, 0.0, kept=False)
 
     def _report(self, trainer: Trainer, path: Path, score: float, kept: bool) -> None:
         where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"

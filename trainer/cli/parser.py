@@ -15,6 +15,7 @@ from jsonargparse import class_from_function
 from torch.optim import Optimizer
 
 from trainer.callbacks.base import Callback
+from trainer.cli.help_text import plain_help, set_registry_help
 from trainer.cli.optimizers import AUTOMATIC, LR_SCHEDULER_TYPES, with_class_path
 from trainer.datamodule import DataModule
 from trainer.loggers import csv, mlflow, tensorboard, wandb  # noqa: F401  (so `class_path: CSVLogger` resolves)
@@ -71,9 +72,12 @@ class ArgumentParser(jsonargparse.ArgumentParser):
             return [nested_key]
         # The Trainer is built by the CLI itself: its callbacks get the CLI's own ones added first.
         instantiate = not issubclass(lightning_class, Trainer)
-        return self.add_class_arguments(
+        added = self.add_class_arguments(
             lightning_class, nested_key, fail_untyped=False, instantiate=instantiate, sub_configs=True
         )
+        if issubclass(lightning_class, Trainer):
+            set_registry_help(self, nested_key)
+        return added
 
     def add_optimizer_args(
         self,
@@ -104,6 +108,11 @@ class ArgumentParser(jsonargparse.ArgumentParser):
         for key, (classes, link_to) in {**self.optimizers, **self.lr_schedulers}.items():
             if link_to != AUTOMATIC:
                 self.link_arguments(key, link_to, compute_fn=_class_path_adder(classes))
+
+    def format_help(self, formatter: Any = None) -> str:
+        """The help with docstring markup (double backquotes, ``:class:`` roles) shown as plain text."""
+        plain_help(self)
+        return str(super().format_help(formatter))
 
     def usage_error(self, what: str, err: BaseException) -> NoReturn:
         """Report through the parser (usage, one line, exit 2), not as a traceback."""

@@ -115,3 +115,20 @@ def check_output_folders(trainer: TrainerView) -> None:
     problem = trainer.strategy.broadcast(problem)
     if problem is not None:
         raise PermissionError(problem)
+
+
+def warn_logging_gap(trainer: TrainerView, num_training_batches: int | float) -> None:
+    """Lightning's warning when an epoch is shorter than ``log_every_n_steps``: training values would then
+    reach the loggers less than once an epoch (the epoch values still arrive at every epoch end)."""
+    every = trainer.log_every_n_steps
+    if not trainer.loggers or trainer.fast_dev_run or not trainer.is_global_zero or num_training_batches >= every:
+        return
+    import warnings
+
+    warnings.warn(
+        f"The number of training batches ({int(num_training_batches)}) is smaller than the logging interval "
+        f"Trainer(log_every_n_steps={every}): training step values reach the loggers only every {every} steps, "
+        f"not in every epoch. Set a lower value for log_every_n_steps (e.g. {int(num_training_batches)}) if you "
+        "want to see logs for the training epoch.",
+        stacklevel=2,
+    )

@@ -26,7 +26,7 @@ import trainer.data.position as position
 import trainer.loops.hooks as hooks
 from trainer.data.resolve import LoaderSource
 from trainer.loops.batches import transfer
-from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
+from trainer.loops.checks import check_fit, check_optimizers, check_output_folders, warn_logging_gap
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
@@ -249,6 +249,7 @@ class FitLoop:
         self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
         if self.num_training_batches == 0:
             raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
+        warn_logging_gap(trainer, self.num_training_batches)
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_training_batches)
         saved = self.saved_layout
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):

@@ -1,0 +1,120 @@
+"""``ProgressBar``: Lightning's base class for progress bars (the Trainer keeps at most one).
+
+It holds what every bar needs (the totals of the running stage, the metrics to show, ``print``
+that does not tear a bar, ``enable``/``disable``) and draws nothing itself. The Trainer adds a
+``TQDMProgressBar`` unless ``enable_progress_bar=False`` or ``callbacks=`` already holds a bar.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from trainer.callbacks.base import Callback
+from trainer.callbacks.progress.host_values import HostValues
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView as Trainer
+
+
+class ProgressBar(Callback):
+    """Subclass it to draw progress your own way, as in Lightning.
+
+    ``ProgressBar(refresh_rate=..., ...)`` itself builds a :class:`TQDMProgressBar` (steadytrain 0.1
+    named its bar ``ProgressBar``), so older code keeps working.
+    """
+
+    _built_by_name: type[ProgressBar] | None = None  # what ``ProgressBar(...)`` builds; set by the package
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is ProgressBar and cls._built_by_name is not None:
+            return super().__new__(cls._built_by_name)
+        return super().__new__(cls)
+
+    def __init__(self) -> None:
+        self._trainer: Trainer | None = None
+        self._enabled = True
+        self._host = HostValues()
+
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; it is during fit/validate/test.")
+        return self._trainer
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self.is_enabled
+
+    def disable(self) -> None:
+        """Draw nothing (the Trainer calls it on every rank but global rank zero)."""
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+        self._trainer = trainer
+        if not trainer.is_global_zero:
+            self.disable()
+
+    # ---- the totals Lightning's bars read --------------------------------------------------------------
+    @property
+    def total_train_batches(self) -> int | float:
+        """Training batches of one epoch (``inf`` for a loader without a length)."""
+        return self.trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> int | float:
+        """Validation batches of one validation run, every loader together."""
+        return sum(self.trainer.num_val_batches)
+
+    def total_batches_current_dataloader(self, stage: str, dataloader_idx: int) -> int | float:
+        """Batches the running ``stage`` ("validation", "test", "predict") takes from loader ``dataloader_idx``."""
+        trainer = self.trainer
+        if stage == "validation":
+            loop = trainer.fit_loop.val_loop if trainer.state.fn == "fit" else trainer.validate_loop  # type: ignore[attr-defined]
+        else:
+            loop = trainer.test_loop if stage == "test" else trainer.predict_loop
+        counts = loop.num_batches
+        total = counts[dataloader_idx] if dataloader_idx < len(counts) else math.inf
+        if trainer.sanity_checking and trainer.num_sanity_val_steps >= 0:
+            total = min(total, trainer.num_sanity_val_steps)
+        return total
+
+    # ---- what a bar shows ------------------------------------------------------------------------------
+    def get_metrics(self, trainer: Trainer, pl_module: Module) -> dict[str, int | str | float]:
+        """``v_num`` (the logger's version) and the values logged with ``prog_bar=True``, as Lightning shows.
+
+        The values come from :class:`HostValues`: on CUDA the newest ones already copied to the
+        host, so drawing never waits for the device.
+        """
+        shown: dict[str, int | str | float] = {}
+        version = _version(trainer.loggers)
+        if version is not None:
+            shown["v_num"] = version
+        keys = trainer.metric_log.progress_bar_keys
+        logged = {k: v for k, v in trainer.callback_metrics.items() if k in keys}
+        shown.update(self._host.refresh(logged))
+        return shown
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """``print`` without tearing a bar (``self.print`` in a module comes here)."""
+        print(*args, sep=sep, **kwargs)
+
+
+def _version(loggers: Any) -> int | str | None:
+    """Lightning's ``v_num``: the logger's version (the last 4 characters of a string), several joined by ``_``."""
+    versions = [getattr(lg, "version", None) for lg in loggers]
+    versions = [v for v in versions if v not in (None, "")]
+    if not versions:
+        return None
+    if len(versions) == 1:
+        version = versions[0]
+        return version[-4:] if isinstance(version, str) else version
+    return "_".join(str(v)[-4:] if isinstance(v, str) else str(v) for v in versions)
