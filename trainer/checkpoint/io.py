@@ -15,6 +15,7 @@ import shutil
 import socket
 import tempfile
 import time
+import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -235,7 +236,17 @@ def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path 
     clean_stale_temporaries(folder)
     ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
     fresh = (p for p in ranked if since is None or _rank(p)[0] >= since * 1e9)
-    return next((p for p in fresh if _looks_complete(p)), None)
+    return next((p for p in fresh if _looks_complete(p) and not _damaged(p)), None)
+
+
+def _damaged(p: Path) -> bool:
+    """Read the candidate whole: a damaged one is skipped with a warning, the next older one tried."""
+    from trainer.checkpoint.verify import damage
+
+    why = damage(p)
+    if why is not None:
+        warnings.warn(f"steadytrain: skipped the damaged checkpoint {p} ({why}); trying the next older one.", stacklevel=4)
+    return why is not None
 
 
 def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:

@@ -283,3 +283,17 @@ def damaged_records(path: Path) -> tuple[list[Record] | None, str | None]:
 
 def iter_files(folder: Path) -> Iterator[Path]:
     yield from sorted(p for p in folder.iterdir() if p.is_file())
+
+
+def damage(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` (a file or a sharded directory) is damaged, or None if it is intact."""
+    if path.is_dir():
+        from trainer.checkpoint.shard_digests import damaged_shards
+
+        meta = path / "meta.pt"
+        problems = damaged_shards(path) + ([f"meta.pt: {why}"] if meta.is_file() and (why := damage(meta)) else [])
+        return "; ".join(problems[:3]) or None
+    bad, unreadable = damaged_records(path)
+    if unreadable or bad is None:
+        return unreadable or "not a torch.save zip file, so nothing vouches for its bytes"
+    return f"{len(bad)} record(s) do not match their digest: {describe(bad)}" if bad else None
