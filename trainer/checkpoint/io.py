@@ -245,7 +245,7 @@ def _damaged(p: Path) -> bool:
 
     why = damage(p)
     if why is not None:
-        warnings.warn(f"steadytrain: skipped the damaged checkpoint {p} ({why}); trying the next older one.", stacklevel=4)
+        warnings.warn(f"steadytrain: skipped the damaged checkpoint {p} ({why}); trying the next older one.", stacklevel=2)
     return why is not None
 
 
