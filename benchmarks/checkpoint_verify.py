@@ -52,7 +52,8 @@ def main() -> None:
     print(f"checkpoint {size_mb:.0f} MB, {args.rounds} rounds (alternating order), torch {torch.__version__}")
     for name, values in times.items():
         print(f"  load {name:9s} median {statistics.median(values):.3f} s")
-    print(f"  verified / plain: median of per-round ratios {statistics.median(ratios):.3f} (+{(statistics.median(ratios) - 1) * 100:.0f}%)")
+    ratio = statistics.median(ratios)
+    print(f"  verified / plain: median of per-round ratios {ratio:.3f} (+{(ratio - 1) * 100:.0f}%)")
     print(f"  sum64 digest throughput: {size_mb / digest_s:.0f} MB/s (one core, file bytes in memory)")
 
 

@@ -340,10 +340,12 @@ RANKS = [
     ),
     Case(
         "ddp-rank1-worker-raises",
-        _WORKER.replace("ACTION", 'raise ValueError(f"bad sample {i} on rank {os.environ.get(\'RANK\')}")')
-        .replace("FAIL_AT", "3")
+        _WORKER.replace("ACTION", "raise ValueError(f\"bad sample {i} on rank {os.environ.get('RANK')}\")").replace(
+            "FAIL_AT", "3"
+        )
         + "fit = make_trainer(strategy='ddp', devices=2, max_epochs=2)\n"
-        + "fit.fit(Net(), DataLoader(Flaky(), batch_size=8, num_workers=1) if os.environ.get('RANK') == '1' else loader())\n",
+        + "flaky = DataLoader(Flaky(), batch_size=8, num_workers=1)\n"
+        + "fit.fit(Net(), flaky if os.environ.get('RANK') == '1' else loader())\n",
         says=("bad sample",),
         checks=(last_line("steadytrain: rank 1 failed: ValueError: bad sample", "on rank 1 (in DataLoader worker 0)"),),
         deadline=DDP_DEADLINE,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from pathlib import Path
 
 from trainer.checkpoint.io import CheckpointError
@@ -50,7 +49,9 @@ def verify_paths(paths: list[str]) -> int:
         return 1
     checkpoints = [c for p in paths for c in _checkpoints(Path(p))]
     if not checkpoints:
-        print(f"error: no checkpoint (*.ckpt, *.pt, *.pth, or a sharded directory) in {', '.join(paths)}", file=sys.stderr)
+        print(
+            f"error: no checkpoint (*.ckpt, *.pt, *.pth, or a sharded directory) in {', '.join(paths)}", file=sys.stderr
+        )
         return 1
     damaged = 0
     for path in checkpoints:
@@ -68,7 +69,9 @@ def _checkpoints(path: Path) -> list[Path]:
     if path.is_file() or (path / DCP_METADATA).is_file():
         return [path]
     return sorted(
-        p for p in path.iterdir() if not p.name.startswith(".") and (p.suffix in (".ckpt", ".pt", ".pth") or (p / DCP_METADATA).is_file())
+        p
+        for p in path.iterdir()
+        if not p.name.startswith(".") and (p.suffix in (".ckpt", ".pt", ".pth") or (p / DCP_METADATA).is_file())
     )
 
 

@@ -15,7 +15,6 @@ import shutil
 import socket
 import tempfile
 import time
-import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.checkpoint.verify import WriteDigests, load_verified
+from trainer.checkpoint.verify import WriteDigests, is_damaged, load_verified
 
 PathLike = str | os.PathLike[str]
 
@@ -224,7 +223,8 @@ def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> 
 
 
 def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path | None:
-    """Newest complete ``*.ckpt`` by mtime; ``last.ckpt`` wins only a tie, never an older mtime.
+    """Newest complete, intact ``*.ckpt`` by mtime (a damaged one is skipped with a warning); ``last.ckpt``
+    wins only a tie, never an older mtime.
 
     A checkpoint is a file (``torch.save``) or a directory (``torch.distributed.checkpoint``, complete
     once its ``.metadata`` is written). ``since`` (a ``time.time()``) skips anything written before it:
@@ -236,17 +236,7 @@ def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path 
     clean_stale_temporaries(folder)
     ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
     fresh = (p for p in ranked if since is None or _rank(p)[0] >= since * 1e9)
-    return next((p for p in fresh if _looks_complete(p) and not _damaged(p)), None)
-
-
-def _damaged(p: Path) -> bool:
-    """Read the candidate whole: a damaged one is skipped with a warning, the next older one tried."""
-    from trainer.checkpoint.verify import damage
-
-    why = damage(p)
-    if why is not None:
-        warnings.warn(f"steadytrain: skipped the damaged checkpoint {p} ({why}); trying the next older one.", stacklevel=2)
-    return why is not None
+    return next((p for p in fresh if _looks_complete(p) and not is_damaged(p)), None)
 
 
 def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:

@@ -57,13 +57,15 @@ def digesting_writer(path: Path) -> Any:
     class DigestingWriter(FileSystemWriter):
         def __init__(self, path: Path) -> None:
             super().__init__(path)
-            self.fs = DigestingFileSystem()
+            self.fs = self.digesting = DigestingFileSystem()
 
         def write_data(self, plan: Any, planner: Any) -> Any:
             future = super().write_data(plan, planner)
             future.wait()  # FileSystemWriter writes in this call: the digests are complete
             names = [r.storage_data.relative_path for r in future.value()]
-            digests = {name: self.fs.digests[name] for name in sorted(set(names)) if name in self.fs.digests}
+            digests = {
+                name: self.digesting.digests[name] for name in sorted(set(names)) if name in self.digesting.digests
+            }
             target = Path(self.path) / f"{plan.storage_data.prefix}{SUFFIX}"
             target.write_text(json.dumps({"format": "sum64", "block": BLOCK, "files": digests}))
             return future
@@ -85,7 +87,9 @@ def damaged_shards(path: Path) -> list[str]:
             if not shard.is_file():
                 problems.append(f"{name} is missing")
             elif (seen := file_digest(shard)) != expected:
-                problems.append(f"{name} ({shard.stat().st_size} bytes) does not match its digest ({_how(seen, expected)})")
+                problems.append(
+                    f"{name} ({shard.stat().st_size} bytes) does not match its digest ({_how(seen, expected)})"
+                )
     return problems
 
 

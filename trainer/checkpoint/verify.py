@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -297,3 +298,12 @@ def damage(path: Path) -> str | None:
     if unreadable or bad is None:
         return unreadable or "not a torch.save zip file, so nothing vouches for its bytes"
     return f"{len(bad)} record(s) do not match their digest: {describe(bad)}" if bad else None
+
+
+def is_damaged(path: Path) -> bool:
+    """For ``ckpt_path='last'``: a damaged candidate is skipped with a warning, and the next older one tried."""
+    why = damage(path)
+    if why is not None:
+        msg = f"steadytrain: skipped the damaged checkpoint {path} ({why}); trying the next older one."
+        warnings.warn(msg, stacklevel=3)
+    return why is not None
