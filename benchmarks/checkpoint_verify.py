@@ -12,6 +12,7 @@ import argparse
 import statistics
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -49,12 +50,14 @@ def main() -> None:
             ratios.append(got["verified"] / got["plain"])
         data = path.read_bytes()
         digest_s = min(_timed(lambda: sum64(data)) for _ in range(3))
+        crc_s = min(_timed(lambda: zlib.crc32(data)) for _ in range(3))
     print(f"checkpoint {size_mb:.0f} MB, {args.rounds} rounds (alternating order), torch {torch.__version__}")
     for name, values in times.items():
         print(f"  load {name:9s} median {statistics.median(values):.3f} s")
     ratio = statistics.median(ratios)
     print(f"  verified / plain: median of per-round ratios {ratio:.3f} (+{(ratio - 1) * 100:.0f}%)")
     print(f"  sum64 digest throughput: {size_mb / digest_s:.0f} MB/s (one core, file bytes in memory)")
+    print(f"  zlib CRC-32 throughput:  {size_mb / crc_s:.0f} MB/s (what files written elsewhere are checked with)")
 
 
 if __name__ == "__main__":
