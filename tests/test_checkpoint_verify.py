@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from trainer.checkpoint.__main__ import main as checkpoint_cli
-from trainer.checkpoint.io import CheckpointError, find_last_checkpoint, load_checkpoint, load_weights, save_checkpoint
+from trainer.checkpoint.io import (
+    CheckpointError,
+    find_last_checkpoint,
+    load_checkpoint,
+    load_weights,
+    newest_checkpoint,
+    save_checkpoint,
+)
 from trainer.checkpoint.sharded import load_sharded, save_sharded
 from trainer.checkpoint.verify import BLOCK, Sum64, damage, sum64
 from trainer.failures import describe, note_worker_failure, record, recorded, worker_failure
@@ -104,6 +111,8 @@ def test_last_skips_a_damaged_newest_checkpoint_with_a_warning(tmp_path: Path) -
     _flip(newest, "archive/data/1")
     with pytest.warns(UserWarning, match=r"skipped the damaged checkpoint .*last.ckpt \(1 record"):
         assert find_last_checkpoint(tmp_path) == older
+    with pytest.warns(UserWarning, match="skipped"):  # the elastic restart's choice
+        assert newest_checkpoint([tmp_path], since=time.time() - 3600) == older
     _flip(older, "archive/data/1")
     with pytest.warns(UserWarning):
         assert find_last_checkpoint(tmp_path) is None
