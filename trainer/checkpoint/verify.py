@@ -22,7 +22,6 @@ import struct
 import warnings
 import zipfile
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -280,10 +279,6 @@ def damaged_records(path: Path) -> tuple[list[Record] | None, str | None]:
         if records is None:
             return None, None
         return mismatches(f.fileno(), records), None
-
-
-def iter_files(folder: Path) -> Iterator[Path]:
-    yield from sorted(p for p in folder.iterdir() if p.is_file())
 
 
 def damage(path: Path) -> str | None:
