@@ -11,9 +11,11 @@ import atexit
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -21,6 +23,7 @@ from collections.abc import Callable, MutableMapping
 from types import TracebackType
 from typing import NoReturn
 
+from trainer import failures
 from trainer.launch import SELF_LAUNCH_VAR, ClusterEnv, launch_command, rank_environment
 
 _POLL_S = 0.1  # how often rank 0 looks at its children
@@ -83,6 +86,7 @@ def _install_excepthook(rank: int) -> None:
         return
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        failures.record(rank, exc)  # before anything else: rank 0 reads it once this process is gone
         on_rank_exception(exc)
         lines = "".join(traceback.format_exception(exc_type, exc, tb)).splitlines()
         sys.stderr.write("".join(f"[rank{rank}]: {line}\n" for line in lines))
@@ -101,8 +105,9 @@ _waited_as_secondary = False
 class _Children:
     """Rank 0's handle on the ranks it started: watch them, stop them, wait for them."""
 
-    def __init__(self, procs: dict[int, subprocess.Popen[bytes]]) -> None:
+    def __init__(self, procs: dict[int, subprocess.Popen[bytes]], failure_dir: str) -> None:
         self.procs = procs
+        self.failure_dir = failure_dir  # where each child writes its cause of failure (trainer.failures)
         self._stopping = False  # we are stopping them: their exit codes are ours, not failures
         self._aborting = False
         self._lock = threading.Lock()  # held by the one abort() that ends the process
@@ -113,11 +118,13 @@ class _Children:
     def start(cls, env: ClusterEnv) -> _Children:
         command = launch_command()
         preexec = _die_with_parent()
+        failure_dir = tempfile.mkdtemp(prefix="steadytrain-ranks-")
+        atexit.register(shutil.rmtree, failure_dir, ignore_errors=True)
         procs = {}
         for rank in range(1, env.world_size):
-            child_env = {**os.environ, **rank_environment(env, rank)}
+            child_env = {**os.environ, **rank_environment(env, rank), failures.FAILURE_DIR_VAR: failure_dir}
             procs[rank] = subprocess.Popen(command, env=child_env, preexec_fn=preexec)
-        return cls(procs)
+        return cls(procs, failure_dir)
 
     def failure(self) -> tuple[int, int] | None:
         """(rank, exit code) of the first child that ended badly, if any."""
@@ -147,6 +154,10 @@ class _Children:
             _flush_std_streams()
             os.write(2, f"steadytrain: {_describe_exit(rank, code)}; stopping all ranks.\n".encode())
             self.kill()
+            cause = failures.recorded(self.failure_dir, rank)
+            if cause is not None:  # the last line: what the user needs, without scrolling
+                os.write(2, f"steadytrain: rank {rank} failed: {cause}\n".encode())
+            shutil.rmtree(self.failure_dir, ignore_errors=True)
             os._exit(_exit_status(code))
 
     def kill(self) -> None:

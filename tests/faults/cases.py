@@ -18,6 +18,7 @@ from tests.faults.harness import (
     Signal,
     absent,
     csv_readable,
+    last_line,
     left_behind,
     loads,
 )
@@ -267,9 +268,11 @@ _KILL = "os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would"
 _RAISE = 'raise ValueError(f"bad sample {i}")'
 
 
-def _worker(name: str, action: str, fit: str, fail_at: int, says: tuple[str, ...]) -> Case:
+def _worker(
+    name: str, action: str, fit: str, fail_at: int, says: tuple[str, ...], checks: tuple[Check, ...] = ()
+) -> Case:
     script = _WORKER.replace("ACTION", action).replace("FAIL_AT", str(fail_at)) + fit
-    return Case(f"worker-{name}", script, says=says)
+    return Case(f"worker-{name}", script, says=says, checks=checks)
 
 
 _TRAIN_WORKERS = "make_trainer(max_epochs=2).fit(Net(), DataLoader(Flaky(), batch_size=8, num_workers=2))\n"
@@ -281,13 +284,14 @@ _VAL_WORKERS = (
     "make_trainer(max_epochs=2).fit(Net(), loader(), val)\n"
 )
 _WORKER_DIED = ("DataLoader worker (pid",)
+_WORKER_LAST = (last_line("steadytrain: DataLoader worker", "failed: ValueError: bad sample"),)
 WORKERS = [
     # torch says "DataLoader worker (pid N) is killed by signal: Killed." or, when it notices the death
     # by polling first, only "DataLoader worker (pid(s) N) exited unexpectedly": both name the worker.
     _worker("sigkilled", _KILL, _TRAIN_WORKERS, 10, _WORKER_DIED),
     _worker("sigkilled-persistent-epoch-2", _KILL, _TRAIN_PERSISTENT, 40, _WORKER_DIED),
-    _worker("raises", _RAISE, _TRAIN_WORKERS, 10, ("bad sample",)),
-    _worker("raises-persistent-epoch-2", _RAISE, _TRAIN_PERSISTENT, 40, ("bad sample",)),
+    _worker("raises", _RAISE, _TRAIN_WORKERS, 10, ("bad sample",), _WORKER_LAST),
+    _worker("raises-persistent-epoch-2", _RAISE, _TRAIN_PERSISTENT, 40, ("bad sample",), _WORKER_LAST),
     _worker("sigkilled-in-validation", _KILL, _VAL_WORKERS, 12, _WORKER_DIED),
     Case(
         "worker-stuck-with-loader-timeout",
@@ -309,6 +313,8 @@ def _rank(
     deadline: float = DDP_DEADLINE,
     known: str | None = None,
     flags: str = "",
+    checks: tuple[Check, ...] = (),
+    data: str = "loader()",
 ) -> Case:
     """Rank ``rank`` does ``action`` at global step 3 of a 2-rank job."""
     script = f"""
@@ -319,14 +325,31 @@ def _rank(
             return super().training_step(batch, batch_idx)
 
     fit = make_trainer(strategy={strategy}, devices=2, max_epochs=2{flags})
-    fit.fit(Failing(), loader())
+    fit.fit(Failing(), {data})
     done(fit)
     """
-    return Case(f"ddp-{name}", script, says=says, deadline=deadline, known=known)
+    return Case(f"ddp-{name}", script, says=says, deadline=deadline, known=known, checks=checks)
 
 
 RANKS = [
-    _rank("rank1-raises", 'raise RuntimeError("boom on rank 1")', ("boom on rank 1", "rank 1 exited")),
+    _rank(
+        "rank1-raises",
+        'raise RuntimeError("boom on rank 1")',
+        ("boom on rank 1", "rank 1 exited"),
+        checks=(last_line("steadytrain: rank 1 failed: RuntimeError: boom on rank 1"),),
+    ),
+    Case(
+        "ddp-rank1-worker-raises",
+        _WORKER.replace("ACTION", "raise ValueError(f\"bad sample {i} on rank {os.environ.get('RANK')}\")").replace(
+            "FAIL_AT", "3"
+        )
+        + "fit = make_trainer(strategy='ddp', devices=2, max_epochs=2)\n"
+        + "flaky = DataLoader(Flaky(), batch_size=8, num_workers=1)\n"
+        + "fit.fit(Net(), flaky if os.environ.get('RANK') == '1' else loader())\n",
+        says=("bad sample",),
+        checks=(last_line("steadytrain: rank 1 failed: ValueError: bad sample", "on rank 1 (in DataLoader worker 0)"),),
+        deadline=DDP_DEADLINE,
+    ),
     _rank("rank0-raises", 'raise RuntimeError("boom on rank 0")', ("boom on rank 0",), rank=0),
     _rank("rank1-sigkilled", "os.kill(os.getpid(), signal.SIGKILL)", ("rank 1 was killed by SIGKILL",)),
     _rank(
@@ -637,9 +660,10 @@ def _ckpt(
     checks: tuple[Check, ...] = (),
     prepare: tuple[tuple[str, ...], ...] = (),
     known: str | None = None,
+    expect: str = "CLEAR",
 ) -> Case:
     """A checkpoint the script makes (or spoils) and then hands to the Trainer."""
-    return Case(f"ckpt-{name}", script, says=says, checks=checks, prepare=prepare, known=known)
+    return Case(f"ckpt-{name}", script, says=says, checks=checks, prepare=prepare, known=known, expect=expect)
 
 
 CHECKPOINTS = [
@@ -740,6 +764,88 @@ CHECKPOINTS = [
         """,
         ("Wide",),
         prepare=(("prepare",),),
+    ),
+]
+
+
+# ---- damaged checkpoints: bytes changed after a complete save (a failing disk, bit rot, another tool's copy)
+_DAMAGE = """
+def damage(path):
+    \"\"\"Zero 64 bytes in the middle of a file, as a bad sector would.\"\"\"
+    data = bytearray(Path(path).read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)
+    Path(path).write_bytes(data)
+
+"""
+_PREPARE_WEIGHTS = """
+if "prepare" in sys.argv:  # an earlier run exported its weights only
+    keep = trainer.ModelCheckpoint(dirpath="ckpts", every_n_train_steps=1, save_top_k=0, save_weights_only=True)
+    make_trainer(callbacks=[keep], logger=False, max_steps=3).fit(Net(), loader())
+    sys.exit()
+"""
+_DAMAGED = ("last.ckpt", "is damaged", "Nothing was loaded")
+DAMAGED = [
+    _ckpt(
+        "damaged-resumed-explicitly",
+        _DAMAGE + _PREPARE + 'damage("ckpts/last.ckpt")\n'
+        'make_trainer().fit(Net(), loader(), ckpt_path="ckpts/last.ckpt")',
+        _DAMAGED,
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-last-with-intact-older",
+        _DAMAGE + _PREPARE + 'shutil.copy("ckpts/last.ckpt", "ckpts/older.ckpt")\n'
+        'os.utime("ckpts/older.ckpt", (time.time() - 60, time.time() - 60))\n'
+        'damage("ckpts/last.ckpt")\n'
+        'fit = make_trainer(callbacks=[every_step()], logger=False)\nfit.fit(Net(), loader(), ckpt_path="last")\n'
+        "done(fit)",
+        ("skipped the damaged checkpoint ckpts/last.ckpt", "resumed from ckpts/older.ckpt", "DONE"),
+        prepare=(("prepare",),),
+        expect="OK",
+    ),
+    _ckpt(
+        "damaged-every-one-via-last",
+        _DAMAGE + _PREPARE + 'damage("ckpts/last.ckpt")\n'
+        'make_trainer(callbacks=[every_step()]).fit(Net(), loader(), ckpt_path="last")',
+        ("none is complete and intact", "last.ckpt"),
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-sharded-directory",
+        _DAMAGE + _PREPARE + "from trainer.checkpoint.sharded import save_sharded\n"
+        "from trainer.strategies.single import SingleDeviceStrategy\n\n"
+        'save_sharded(torch.load("ckpts/last.ckpt", weights_only=True), Path("sharded.ckpt"), SingleDeviceStrategy())\n'
+        'damage(next(Path("sharded.ckpt").glob("*.distcp")))\n'
+        'make_trainer().fit(Net(), loader(), ckpt_path="sharded.ckpt")',
+        ("sharded.ckpt", "is damaged", ".distcp"),
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-weights-export-load-weights",
+        _DAMAGE + _PREPARE_WEIGHTS + 'damage("ckpts/last.ckpt")\n'
+        'from trainer.checkpoint import load_weights\n\nload_weights(Net(), "ckpts/last.ckpt")',
+        _DAMAGED,
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-load-from-checkpoint",
+        _DAMAGE + _PREPARE + 'damage("ckpts/last.ckpt")\nNet.load_from_checkpoint("ckpts/last.ckpt")',
+        _DAMAGED,
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-validate",
+        _DAMAGE + _PREPARE + 'damage("ckpts/last.ckpt")\n'
+        'make_trainer().validate(Net(), loader(), ckpt_path="ckpts/last.ckpt")',
+        _DAMAGED,
+        prepare=(("prepare",),),
+    ),
+    _ckpt(
+        "damaged-plain-torch-save",  # a file written elsewhere: its zip's CRC-32 is what vouches for it
+        _DAMAGE + 'torch.save(Net().state_dict(), "weights.pt")\ndamage("weights.pt")\n'
+        'from trainer.checkpoint import load_weights\n\nload_weights(Net(), "weights.pt")',
+        ("weights.pt", "is damaged", "CRC-32"),
     ),
 ]
 
@@ -847,6 +953,6 @@ RESUMES = [
     ),
 ]
 
-CASES: list[Case] = FLAGS + MODULES + DATA + WORKERS + RANKS + SIGNALS + DISK + CHECKPOINTS + RESUMES
+CASES: list[Case] = FLAGS + MODULES + DATA + WORKERS + RANKS + SIGNALS + DISK + CHECKPOINTS + DAMAGED + RESUMES
 BY_NAME = {case.name: case for case in CASES}
 assert len(BY_NAME) == len(CASES), "case names must be unique"

@@ -48,6 +48,7 @@ PRELUDE = '''\
 """A user's training script for the failure catalogue (tests/faults)."""
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -444,6 +445,18 @@ def absent(name: str, why: str) -> Check:
 
     def check(folder: Path, output: str) -> str | None:
         return f"SILENT: {why}" if (folder / name).exists() else None
+
+    return check
+
+
+def last_line(*texts: str) -> Check:
+    """The job's last output line holds every one of ``texts``: the cause, without scrolling up."""
+
+    def check(folder: Path, output: str) -> str | None:
+        lines = [line for line in output.splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else ""
+        lacking = [text for text in texts if text not in last]
+        return f"TRACEBACK: the last line {last[:200]!r} lacks {lacking}" if lacking else None
 
     return check
 

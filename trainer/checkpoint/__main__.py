@@ -1,13 +1,19 @@
-"""``python -m trainer.checkpoint consolidate DIR OUT.pt``: a sharded checkpoint's weights as one plain file.
+"""Checkpoint tools.
 
-The file is the module's state_dict; ``torch.load(OUT.pt, weights_only=True)`` loads it into the bare
-``nn.Module`` (``module.load_state_dict``) on one process, without torch.distributed.
+``python -m trainer.checkpoint consolidate DIR OUT.pt``: a sharded checkpoint's weights as one plain file,
+the module's state_dict; ``torch.load(OUT.pt, weights_only=True)`` loads it into the bare ``nn.Module``
+on one process, without torch.distributed.
+
+``python -m trainer.checkpoint verify PATH...``: check checkpoint files, sharded checkpoint directories,
+or folders of them (each checkpoint inside) against their digests; prints one verdict per checkpoint and
+exits 1 if any is damaged (after copying checkpoints between machines, say).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainer.checkpoint.io import CheckpointError
 from trainer.checkpoint.sharded import consolidate
@@ -19,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     merge = commands.add_parser("consolidate", help="write a sharded checkpoint's weights as one torch.save file")
     merge.add_argument("directory", help="a sharded checkpoint directory (<name>.ckpt/ with .metadata)")
     merge.add_argument("out", help="the weights file to write (e.g. model.pt)")
+    check = commands.add_parser("verify", help="check checkpoints against their digests (exit 1 if any is damaged)")
+    check.add_argument("paths", nargs="+", help="checkpoint files, sharded checkpoint directories, or folders of them")
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        return verify_paths(args.paths)
     try:
         out = consolidate(args.directory, args.out)
     except (FileNotFoundError, CheckpointError) as err:
@@ -27,6 +37,42 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"wrote the weights of {args.directory} to {out}")
     return 0
+
+
+def verify_paths(paths: list[str]) -> int:
+    """Print ``OK``/``DAMAGED``/``UNCHECKED`` per checkpoint; 1 if any is damaged or a path does not exist."""
+    from trainer.checkpoint.verify import damage
+
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    checkpoints = [c for p in paths for c in _checkpoints(Path(p))]
+    if not checkpoints:
+        print(
+            f"error: no checkpoint (*.ckpt, *.pt, *.pth, or a sharded directory) in {', '.join(paths)}", file=sys.stderr
+        )
+        return 1
+    damaged = 0
+    for path in checkpoints:
+        why = damage(path)
+        damaged += why is not None
+        print(f"DAMAGED  {path}: {why}" if why else f"OK       {path}", flush=True)
+    print(f"{len(checkpoints)} checkpoint(s) checked, {damaged} damaged.")
+    return 1 if damaged else 0
+
+
+def _checkpoints(path: Path) -> list[Path]:
+    """A file or sharded directory as given; a plain folder's checkpoint files and sharded directories."""
+    from trainer.checkpoint.sharded import DCP_METADATA
+
+    if path.is_file() or (path / DCP_METADATA).is_file():
+        return [path]
+    return sorted(
+        p
+        for p in path.iterdir()
+        if not p.name.startswith(".") and (p.suffix in (".ckpt", ".pt", ".pth") or (p / DCP_METADATA).is_file())
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainer.checkpoint.verify import WriteDigests, is_damaged, load_verified
+
 PathLike = str | os.PathLike[str]
 
 # ``.<name>.tmp-<pid>-<host>``: the pid tells a dead writer, the host keeps shared filesystems safe.
@@ -50,9 +52,10 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{_HOST}")
     stream: _Recording | None = None
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:
             stream = _Recording(f)
             torch.save(state, stream)  # type: ignore[arg-type]
+            stream.digests.append_to(f)  # what every load checks the records against
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -94,9 +97,11 @@ class _Recording:
     def __init__(self, file: Any) -> None:
         self.file = file
         self.error: OSError | None = None
+        self.digests = WriteDigests()
 
     def write(self, data: bytes) -> int:
         try:
+            self.digests.add(data)
             return int(self.file.write(data))
         except OSError as err:
             self.error = err
@@ -177,11 +182,11 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trusted_classes: 
         raise FileNotFoundError(f"Checkpoint not found: {path}")
     with torch.serialization.safe_globals(list(trusted_classes)):
         try:
-            obj = torch.load(path, map_location=map_location, weights_only=True)
+            obj = load_verified(path, map_location)
         except pickle.UnpicklingError as err:
             raise _unpickling_error(path, err) from err
-        except (PermissionError, IsADirectoryError, FileNotFoundError):
-            raise  # the OS message is clear
+        except (PermissionError, IsADirectoryError, FileNotFoundError, CheckpointError):
+            raise  # the OS message is clear; ours names the damaged records
         except Exception as err:  # a cut-off zip raises OSError(EINVAL) from torch's reader
             raise CheckpointError(_not_a_checkpoint(path, err)) from err
     if not isinstance(obj, dict):
@@ -218,7 +223,8 @@ def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> 
 
 
 def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path | None:
-    """Newest complete ``*.ckpt`` by mtime; ``last.ckpt`` wins only a tie, never an older mtime.
+    """Newest complete, intact ``*.ckpt`` by mtime (a damaged one is skipped with a warning); ``last.ckpt``
+    wins only a tie, never an older mtime.
 
     A checkpoint is a file (``torch.save``) or a directory (``torch.distributed.checkpoint``, complete
     once its ``.metadata`` is written). ``since`` (a ``time.time()``) skips anything written before it:
@@ -230,7 +236,7 @@ def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path 
     clean_stale_temporaries(folder)
     ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
     fresh = (p for p in ranked if since is None or _rank(p)[0] >= since * 1e9)
-    return next((p for p in fresh if _looks_complete(p)), None)
+    return next((p for p in fresh if _looks_complete(p) and not is_damaged(p)), None)
 
 
 def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:

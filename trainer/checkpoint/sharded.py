@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # torch.distributed.checkpoint is imported where it is used: it pulls in DTensor and dynamo (seconds),
 # which a run whose checkpoints are plain files (every strategy but fsdp) must not pay.
 from trainer.checkpoint.io import _HOST, CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint.shard_digests import check_shards, digesting_writer
 
 META = "meta.pt"
 DCP_METADATA = ".metadata"
@@ -81,7 +82,7 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
     if async_save:
         import torch.distributed.checkpoint as dcp
 
-        future = dcp.async_save(tensors, checkpoint_id=tmp, process_group=_async_group())
+        future = dcp.async_save(tensors, storage_writer=digesting_writer(tmp), process_group=_async_group())
         _start_pending(future, tmp, path, ranks.is_global_zero)
         return
     try:
@@ -89,7 +90,7 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
             warnings.filterwarnings("ignore", message=".*in a single process.*")
             import torch.distributed.checkpoint as dcp
 
-            dcp.save(tensors, checkpoint_id=tmp)
+            dcp.save(tensors, storage_writer=digesting_writer(tmp))
     except BaseException:
         if ranks.is_global_zero:
             _remove(tmp)
@@ -254,6 +255,7 @@ def load_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     path = Path(path)
     _check_complete(path)
+    check_shards(path)
     meta = load_checkpoint(path / META)
     reader = _safe_reader(path)
     stored = reader.read_metadata().state_dict_metadata

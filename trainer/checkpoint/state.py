@@ -183,8 +183,9 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
     torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt"))
     if found is None and torn:
         raise CheckpointError(
-            f"ckpt_path='last' found checkpoints, but none is complete: {', '.join(torn[:5])}. They were cut off "
-            "(a copy that did not finish?); resume from another one by path, or move them away to start fresh."
+            f"ckpt_path='last' found checkpoints, but none is complete and intact: {', '.join(torn[:5])}. They were "
+            "cut off or damaged (a copy that did not finish? a failing disk?); resume from another one by path, or "
+            "move them away to start fresh."
         )
     if found is None and trainer.is_global_zero:
         print(f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh.")

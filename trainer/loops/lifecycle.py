@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
+from trainer.failures import note_worker_failure
 from trainer.loops.checks import check_uncalled_hooks
 from trainer.loops.steps import batch_idx_optional
 
@@ -55,6 +56,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
             datamodule.on_exception(exc)
         strategy.on_exception(clearer or exc)
+        note_worker_failure(clearer or exc)  # the worker and its error on the last line
         if clearer is not None:
             raise clearer from exc
         raise
