@@ -25,10 +25,16 @@ class MetricLog:
         self.strategy = strategy
         self.loggers = loggers
         self.callback_metrics: dict[str, torch.Tensor] = {}
-        self.logged_metrics: dict[str, float] = {}
+        self.logged_metrics: dict[str, torch.Tensor] = {}  # tensors, without "epoch", as Lightning's
         self.progress_bar_keys: set[str] = set()
         self.results = Results("train")  # the collection ``self.log`` writes into now
         self._unwritten: dict[str, torch.Tensor] = {}  # step values the loggers have not had yet
+
+    def reset(self) -> None:
+        """Each fit/validate/test/predict starts with no metrics, as in Lightning: ``callback_metrics`` after
+        ``test`` hold what the test logged, never what fit left."""
+        self.callback_metrics, self.logged_metrics, self.progress_bar_keys = {}, {}, set()
+        self._unwritten = {}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -78,11 +84,12 @@ class MetricLog:
     def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int, step: int) -> None:
         if not values or not self.loggers or not self.strategy.is_global_zero:
             return
-        floats = {k: float(v) for k, v in values.items() if k not in hidden}
-        if not floats:
+        logged = {k: v for k, v in values.items() if k not in hidden}
+        if not logged:
             return
+        self.logged_metrics.update(logged)
+        floats: dict[str, float] = {k: float(v) for k, v in logged.items()}
         floats["epoch"] = epoch
-        self.logged_metrics.update(floats)
         for lg in self.loggers:
             lg.log_metrics(floats, step)
 

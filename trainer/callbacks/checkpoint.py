@@ -110,7 +110,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
-            self.dirpath = Path(trainer.strategy.broadcast(str(trainer.log_dir / "checkpoints")))
+            self.dirpath = Path(trainer.strategy.broadcast(os.path.join(trainer.log_dir, "checkpoints")))
         self._last_time_saved = time.monotonic()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:

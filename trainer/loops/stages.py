@@ -125,6 +125,7 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     else:
         path = resolve_checkpoint_path(trainer, ckpt_path)
     if path is not None:
+        trainer.ckpt_path = str(path)
         restore_module_and_callbacks(trainer, read_checkpoint(trainer, path), fitting=False)
 
 
