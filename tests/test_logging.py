@@ -300,11 +300,16 @@ def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path) -> None:
     assert train_steps == [1, 3, 5, 7] and val_steps == [3, 7]  # Lightning's steps
     assert [float(r["epoch"]) for r in rows if r.get("val_loss")] == [0, 1]
     assert float(rows[-1]["val_loss"]) == pytest.approx(fit.callback_metrics["val_loss"].item())
-    hparams = yaml.safe_load((folder / "hparams.yaml").read_text())
-    assert hparams == {"features": 8, "lr": 0.01, "dropout": 0.0, "adam": False}
+    # as Lightning: only save_hyperparameters() reaches the loggers (the automatic record is for checkpoints)
+    assert not (folder / "hparams.yaml").exists()
 
-    quiet(tmp_path, logger=True, max_epochs=1).fit(Regressor(), loader(regression_data(8)))
-    assert (tmp_path / "default" / "version_1" / "hparams.yaml").is_file()
+    class Saved(Regressor):
+        def __init__(self, features: int = 8) -> None:
+            super().__init__(features)
+            self.save_hyperparameters()
+
+    quiet(tmp_path, logger=True, max_epochs=1).fit(Saved(), loader(regression_data(8)))
+    assert yaml.safe_load((tmp_path / "default" / "version_1" / "hparams.yaml").read_text()) == {"features": 8}
 
 
 # ---- validate / test / predict ---------------------------------------------------------------------------

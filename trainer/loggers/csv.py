@@ -172,6 +172,16 @@ class CSVLogger(Logger):
         return self._folder.path
 
     @property
+    def save_dir(self) -> str:
+        """The folder the run folders go under, a str as Lightning's."""
+        return os.fspath(self._folder.save_dir)
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the run folders of this name, as Lightning's."""
+        return os.path.join(self.save_dir, self.name)
+
+    @property
     def version(self) -> int | str:
         return self._folder.version
 

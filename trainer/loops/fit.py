@@ -150,7 +150,7 @@ class FitLoop:
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
             params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
-            for lg in trainer.loggers:
+            for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
                 lg.log_hyperparams(params)
 
     def _restore_optimizers(self) -> None:
@@ -694,11 +694,13 @@ class _BatchCalls:
 
 
 def _logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
-    """The module's and the DataModule's saved hyper-parameters (``logger=False`` keeps either out); a
-    name both hold with different values is an error, as in Lightning."""
-    logged = dict(module.hparams_initial) if module._hparams_state().log else {}
-    state = getattr(datamodule, "_hparams_state", None)
-    if state is None or not state().log:
+    """The module's and the DataModule's hyper-parameters saved by ``save_hyperparameters`` (``logger=False``
+    keeps either out; the automatic record stays in checkpoints); a name both hold with different values is an
+    error, as in Lightning."""
+    state = module._hparams_state()
+    logged = dict(module.hparams_initial) if state.log and state.explicit else {}
+    saved = getattr(datamodule, "_hparams_state", lambda: None)()
+    if saved is None or not (saved.log and saved.explicit):
         return logged
     extra = dict(datamodule.hparams_initial)
     clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
