@@ -92,14 +92,11 @@ def _wrap(cls: Any, call: str) -> None:
 
 
 def _recording_print(*args: Any, **kwargs: Any) -> None:
-    frame = sys._getframe(1)
-    for _ in range(3):  # the script itself, or self.print called from it
-        if frame is None:
-            break
-        if os.path.realpath(frame.f_code.co_filename) == _SCRIPT and kwargs.get("file") in (None, sys.stdout):
-            _PRINTED.append(_relative(kwargs.get("sep", " ").join(str(a) for a in args)))
-            break
-        frame = frame.f_back
+    caller = sys._getframe(1)
+    if caller.f_code.co_name == "print" and caller.f_back is not None:  # self.print, called from the script
+        caller = caller.f_back
+    if os.path.realpath(caller.f_code.co_filename) == _SCRIPT and kwargs.get("file") in (None, sys.stdout):
+        _PRINTED.append(_relative(kwargs.get("sep", " ").join(str(a) for a in args)))
     _print(*args, **kwargs)
 
 
