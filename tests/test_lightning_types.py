@@ -32,6 +32,7 @@ LIGHTNING = {
     "logger.name": "str",
     "logger.version": "int",
     "checkpoint.best_model_path": "str",
+    "checkpoint.dirpath": "str",
     "checkpoint.last_model_path": "str",
     "checkpoint.kth_best_model_path": "str",
     "checkpoint.best_model_score": "Tensor",
@@ -45,7 +46,6 @@ LIGHTNING = {
 # files are being reworked for Lightning checkpoints, issue 21 section 3). Fixing one makes the test fail:
 # then remove it here.
 STILL_DIFFERENT = {
-    "checkpoint.dirpath": ("PosixPath", "str"),
     "checkpoint.best_k_models[values]": ("float", "Tensor"),
     "checkpoint.current_score": ("float", "Tensor"),
     "early_stopping.best_score": ("float", "Tensor"),

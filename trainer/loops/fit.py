@@ -404,7 +404,7 @@ class FitLoop:
         progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
         to_device, step, flush = calls.to_device, calls.step, calls.flush
         batch_start, batch_end, log_every = calls.batch_start, calls.batch_end, calls.log_every
-        manual = calls.manual
+        manual = not self.trainer.lightning_module.automatic_optimization  # Lightning logs its every batch
         limit = self.num_training_batches
 
         def train_batch(batch: Any, batch_idx: int) -> Any:
@@ -689,7 +689,6 @@ class _BatchCalls:
         self.step_loss = lambda: step.step_loss
         self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
         self.log_every = trainer.log_every_n_steps
-        self.manual = not trainer.lightning_module.automatic_optimization
         self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
 
 
