@@ -84,6 +84,7 @@ class TrainerView(Protocol):
     def config(self) -> dict[str, Any] | None: ...
     @property
     def default_root_dir(self) -> str: ...
+
     ckpt_path: str | None  # set by each stage: the checkpoint it loaded
 
     # the flags

@@ -123,4 +123,3 @@ class EvaluationLoop:
 
 def _no_grad(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if inference_mode else torch.no_grad()
-
