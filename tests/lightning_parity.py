@@ -107,7 +107,9 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     for side, reported in (("steadytrain", ours), ("lightning", theirs)):
         reported["files"] = {k: v for k, v in reported["files"].items() if not DOCUMENTED_FILES[side].match(k)}
         for call in reported["calls"]:
-            call["trainer"]["default_root_dir"].pop("value")
+            folders = call["trainer"]
+            if folders["log_dir"]["value"] == folders["default_root_dir"].pop("value"):  # no logger
+                folders["log_dir"]["value"] = "<default_root_dir>"
             if side == "steadytrain" and "checkpoint" in call:
                 last = call["checkpoint"]["last_model_path"]
                 last["value"] = "" if DOCUMENTED_FILES[side].match(last["value"]) else last["value"]

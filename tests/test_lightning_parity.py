@@ -26,8 +26,6 @@ DIFFERS_ON_ONE_DEVICE: dict[str, str] = {
     "lightning_cli": RNG,
     "mid_epoch_validation": RNG,
     "profiler_simple": RNG,
-    "several_val_loaders": RNG,
-    "step_without_batch_idx": RNG,
 }
 DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     name: "DDP's split of a batch is Lightning's (interleaved) only with the data work of issue 21"
