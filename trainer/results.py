@@ -124,7 +124,7 @@ class Results:
         with self._lock:
             if both:
                 self.forks.update({key: name for key in keys})
-            for key in keys:
+            for key in keys if self.num_dataloaders > 1 else ():  # one loader: every key is its (per_loader)
                 self.loaders_of.setdefault(key, set()).add(self.dataloader_idx)
             self._record(name, value, on_step, on_epoch, sync_dist, batch_size, reduce_fx)
             if prog_bar:
