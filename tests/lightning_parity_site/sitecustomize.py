@@ -84,8 +84,9 @@ def _wrap(cls: Any, call: str) -> None:
 
     def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
+        snap = _snapshot(self, call, result)  # on every rank: Lightning's log_dir is a collective (broadcast)
         if self.is_global_zero:
-            _CALLS.append(_snapshot(self, call, result))
+            _CALLS.append(snap)
         return result
 
     setattr(cls, call, recorded)
