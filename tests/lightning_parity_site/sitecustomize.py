@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import csv
+import functools
 import json
 import os
 import sys
@@ -131,6 +132,7 @@ def _no_shuffle() -> None:
 
     init = DataLoader.__init__
 
+    @functools.wraps(init)  # Lightning rebuilds a loader from the arguments its signature names
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if len(args) >= 3:
             args = (*args[:2], False, *args[3:])
