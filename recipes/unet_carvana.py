@@ -111,7 +111,7 @@ class UNetSegmentation(trainer.Module):
             return
         images, masks, predictions = self._samples
         path = (
-            self.trainer.log_dir / "samples" / f"epoch{self.current_epoch:03d}-step{self.global_step:06d}.png"
+            Path(self.trainer.log_dir) / "samples" / f"epoch{self.current_epoch:03d}-step{self.global_step:06d}.png"
         )  # several validations per epoch
         save_sample_grid(path, images, masks, predictions)
         for logger in self.trainer.loggers:
@@ -257,8 +257,8 @@ def summarise(fit: trainer.Trainer) -> None:
         last = callback.last_model_path
         shown = f" (last: {last})" if last and Path(last).exists() else ""
         print(f"checkpoints     : {callback.dirpath}{shown}")
-    print(f"metrics         : {fit.log_dir / 'metrics.csv'}")
-    print(f"sample masks    : {fit.log_dir / 'samples'}")
+    print(f"metrics         : {Path(fit.log_dir) / 'metrics.csv'}")
+    print(f"sample masks    : {Path(fit.log_dir) / 'samples'}")
 
 
 def main(args: list[str] | None = None) -> None:

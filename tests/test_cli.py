@@ -259,7 +259,7 @@ def test_callbacks_and_logger_from_the_config_by_class_path(tmp_path: Path) -> N
     config = write_yaml(tmp_path / "c.yaml", {"trainer": {"callbacks": [checkpoint, stopper], "logger": logger}})
     cli = CLI(Model, Data, args=argv("fit --config", config, QUICK))
     kinds = {type(cb): cb for cb in cli.trainer.callbacks}
-    assert kinds[EarlyStopping].patience == 4 and kinds[ModelCheckpoint].dirpath == tmp_path / "ckpt"
+    assert kinds[EarlyStopping].patience == 4 and kinds[ModelCheckpoint].dirpath == str(tmp_path / "ckpt")
     assert isinstance(cli.trainer.logger, CSVLogger)
     assert (tmp_path / "ckpt" / "last.ckpt").is_file() and (tmp_path / "csv" / "version_0" / "metrics.csv").is_file()
 

@@ -73,7 +73,7 @@ def test_logger_false_keeps_a_value_from_loggers_only(tmp_path: Path) -> None:
     fit = quiet(tmp_path, logger=mem, log_every_n_steps=1)
     fit.fit(Logs(train=[("h", "idx", dict(logger=False)), ("s", "idx", {})]), loader(ten(), batch_size=4))
     assert "h" not in mem.names() and "h" not in fit.logged_metrics and fit.callback_metrics["h"].item() == 3.0
-    assert mem.values("s")[-1] == (3, 3.0)
+    assert mem.values("s")[-1] == (2, 3.0)
 
 
 def test_batch_size_weights_the_epoch_mean(tmp_path: Path) -> None:
@@ -91,12 +91,13 @@ def test_batch_size_weights_the_epoch_mean(tmp_path: Path) -> None:
 
 def test_validation_step_values_reach_the_loggers_at_the_batch_index(tmp_path: Path) -> None:
     """Lightning writes ``on_step=True`` evaluation values per batch, at ``step=batch_idx``; not while
-    sanity checking. The epoch value goes at the global step as before."""
+    sanity checking. The epoch value goes at Lightning's logger step: the batches stepped before the
+    batch whose end ran the validation."""
     mem = Memory()
     fit = quiet(tmp_path, max_epochs=2, logger=mem, num_sanity_val_steps=2)
     module = Logs(val=[("v", "idx", dict(on_step=True, on_epoch=True))])
     fit.fit(module, loader(ten(), batch_size=4), loader(ten(), batch_size=4))
     assert mem.values("v_step") == [(0, 1.0), (1, 2.0), (2, 3.0)] * 2
-    assert mem.values("v_epoch") == [(3, pytest.approx(1.8)), (6, pytest.approx(1.8))]
+    assert mem.values("v_epoch") == [(2, pytest.approx(1.8)), (5, pytest.approx(1.8))]  # Lightning's steps
     assert fit.validate(module, loader(ten(), batch_size=4), verbose=False)[0]["v_epoch"] == pytest.approx(1.8)
     assert mem.values("v_step")[-3:] == [(0, 1.0), (1, 2.0), (2, 3.0)]

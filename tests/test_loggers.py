@@ -127,7 +127,7 @@ def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
     logger.log_metrics({"loss": 1.0}, step=0)
     assert not os.path.exists(path)
     logger.log_metrics({"loss": 0.5}, step=1)
-    assert _read_csv(path) == (["step", "loss"], [{"step": "0", "loss": "1.0"}, {"step": "1", "loss": "0.5"}])
+    assert _read_csv(path) == (["loss", "step"], [{"step": "0", "loss": "1.0"}, {"step": "1", "loss": "0.5"}])
     logger.log_metrics({"loss": 0.25, "val_acc": torch.tensor(0.75)}, step=2)  # type: ignore[dict-item]
     logger.log_metrics({"lr": 0.1}, step=3)
     logger.log_metrics({"loss": 0.125}, step=4)
@@ -165,7 +165,7 @@ def test_csv_flush_appends_through_one_open_file(tmp_path: Path, monkeypatch: py
     logger.finalize("success")
     assert (appends(), rewrites()) == (2, [path, path])
     header, rows = _read_csv(path)
-    assert header == ["step", "loss", "val_loss"]
+    assert header == ["loss", "step", "val_loss"]  # sorted, as Lightning's
     assert [r["step"] for r in rows] == [str(s) for s in range(40)]
     assert rows[20] == {"step": "20", "loss": "", "val_loss": "1.0"} and rows[39]["val_loss"] == ""
 

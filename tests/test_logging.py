@@ -80,8 +80,8 @@ def test_defaults_training_per_step_validation_per_epoch(tmp_path: Path) -> None
     module = Logs(train=[("t", "idx", {})], val=[("v", "idx", {})])
     fit = quiet(tmp_path, max_epochs=2, logger=mem, log_every_n_steps=1)
     fit.fit(module, loader(ten(), batch_size=4), loader(ten(), batch_size=4))
-    assert mem.values("t") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 1.0), (5, 2.0), (6, 3.0)]
-    assert mem.values("v") == [(3, pytest.approx(1.8)), (6, pytest.approx(1.8))]  # (1*4 + 2*4 + 3*2) / 10
+    assert mem.values("t") == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 1.0), (4, 2.0), (5, 3.0)]  # Lightning's steps
+    assert mem.values("v") == [(2, pytest.approx(1.8)), (5, pytest.approx(1.8))]  # (1*4 + 2*4 + 3*2) / 10
     assert not {"t_step", "t_epoch", "v_step", "v_epoch"} & mem.names()
     assert [row["epoch"] for step, row in mem.rows if "v" in row] == [0, 1]
 
@@ -94,9 +94,9 @@ def test_on_step_and_on_epoch_give_step_and_epoch_keys(tmp_path: Path) -> None:
     )
     fit = quiet(tmp_path, logger=mem, log_every_n_steps=1)
     fit.fit(module, loader(ten(), batch_size=5), loader(ten(), batch_size=5))
-    assert mem.values("x_step") == [(1, 1.0), (2, 2.0)]
+    assert mem.values("x_step") == [(0, 1.0), (1, 2.0)]
     assert mem.values("x_epoch") == [(2, 1.5)]
-    assert mem.values("y_epoch") == [(2, 1.5)]
+    assert mem.values("y_epoch") == [(1, 1.5)]  # Lightning: before the last batch is counted
     assert "x" not in mem.names() and "y" not in mem.names()
     assert {"x_step", "x_epoch", "y_epoch"} <= set(fit.callback_metrics)
 
@@ -119,8 +119,8 @@ def test_callbacks_see_every_step_while_loggers_write_every_n(tmp_path: Path) ->
     fit = quiet(tmp_path, max_epochs=2, logger=mem, log_every_n_steps=2, callbacks=[Watch()])
     fit.fit(Rare(train=[("t", "idx", {})]), loader(ten(), batch_size=4))
     assert seen == [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
-    assert mem.values("t") == [(2, 2.0), (4, 1.0), (6, 3.0)]
-    assert mem.values("rare") == [(2, 42.0), (4, 42.0)]
+    assert mem.values("t") == [(1, 2.0), (3, 1.0), (5, 3.0)]  # the 2nd, 4th, 6th step, at Lightning's steps
+    assert mem.values("rare") == [(1, 42.0), (3, 42.0)]
 
 
 # ---- epoch aggregation -------------------------------------------------------------------------------
@@ -291,21 +291,26 @@ def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path) -> None:
         loader(regression_data(16), batch_size=8),
     )
     folder = tmp_path / "default" / "version_0"
-    assert fit.log_dir == folder
+    assert fit.log_dir == str(folder)
     with open(folder / "metrics.csv", newline="") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-        assert reader.fieldnames is not None and reader.fieldnames[0] == "step"
+        assert reader.fieldnames == ["epoch", "step", "train_loss", "val_loss"]  # Lightning's: sorted
     train_steps = [int(r["step"]) for r in rows if r.get("train_loss")]
     val_steps = [int(r["step"]) for r in rows if r.get("val_loss")]
-    assert train_steps == [2, 4, 6, 8] and val_steps == [4, 8]
+    assert train_steps == [1, 3, 5, 7] and val_steps == [3, 7]  # Lightning's steps
     assert [float(r["epoch"]) for r in rows if r.get("val_loss")] == [0, 1]
     assert float(rows[-1]["val_loss"]) == pytest.approx(fit.callback_metrics["val_loss"].item())
-    hparams = yaml.safe_load((folder / "hparams.yaml").read_text())
-    assert hparams == {"features": 8, "lr": 0.01, "dropout": 0.0, "adam": False}
+    # as Lightning: only save_hyperparameters() reaches the loggers (the automatic record is for checkpoints)
+    assert not (folder / "hparams.yaml").exists()
 
-    quiet(tmp_path, logger=True, max_epochs=1).fit(Regressor(), loader(regression_data(8)))
-    assert (tmp_path / "default" / "version_1" / "hparams.yaml").is_file()
+    class Saved(Regressor):
+        def __init__(self, features: int = 8) -> None:
+            super().__init__(features)
+            self.save_hyperparameters()
+
+    quiet(tmp_path, logger=True, max_epochs=1).fit(Saved(), loader(regression_data(8)))
+    assert yaml.safe_load((tmp_path / "default" / "version_1" / "hparams.yaml").read_text()) == {"features": 8}
 
 
 # ---- validate / test / predict ---------------------------------------------------------------------------

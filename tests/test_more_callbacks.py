@@ -63,17 +63,17 @@ def test_each_logged_rate_is_the_one_its_step_used(tmp_path: Path) -> None:
     """Step schedulers at logging steps, named ``lr-SGD``, at the step number whose update used it."""
     monitor = LearningRateMonitor()
     memory = monitored(tmp_path, Scheduled("step"), monitor, max_epochs=2, log_every_n_steps=3)
-    assert memory.values("lr-SGD") == [(3, pytest.approx(0.1 * 0.5**2)), (6, pytest.approx(0.1 * 0.5**5))]
+    assert memory.values("lr-SGD") == [(2, pytest.approx(0.1 * 0.5**2)), (5, pytest.approx(0.1 * 0.5**5))]
     assert monitor.lrs == {"lr-SGD": [pytest.approx(0.025), pytest.approx(0.1 * 0.5**5)]}
-    assert [step for step, _ in memory.values("train_loss")] == [3, 6]  # the same step numbers as the step's metrics
+    assert [step for step, _ in memory.values("train_loss")] == [2, 5]  # the same step numbers as the step's metrics
 
 
 def test_epoch_schedulers_are_logged_at_each_epoch_start(tmp_path: Path) -> None:
     memory = monitored(tmp_path, Scheduled("epoch"), LearningRateMonitor(), max_epochs=3, log_every_n_steps=1)
-    assert memory.values("lr-SGD") == [(1, 0.1), (5, 0.05), (9, 0.025)]
+    assert memory.values("lr-SGD") == [(0, 0.1), (4, 0.05), (8, 0.025)]  # Lightning's steps
 
 
-@pytest.mark.parametrize(("interval", "expected"), [("epoch", [1, 5]), ("step", [2, 4, 6, 8])])
+@pytest.mark.parametrize(("interval", "expected"), [("epoch", [0, 4]), ("step", [1, 3, 5, 7])])
 def test_logging_interval_puts_every_scheduler_on_one_clock(tmp_path: Path, interval: str, expected: list[int]) -> None:
     memory = monitored(tmp_path, Scheduled("step"), LearningRateMonitor(interval), max_epochs=2, log_every_n_steps=2)
     assert [step for step, _ in memory.values("lr-SGD")] == expected
@@ -135,7 +135,7 @@ def test_momentum_of_an_optimizer_without_one_is_logged_as_zero_with_a_warning(t
 
     with pytest.warns(RuntimeWarning, match="no momentum"):
         memory = monitored(tmp_path, Rprop(), LearningRateMonitor(log_momentum=True), max_epochs=1)
-    assert memory.values("lr-Rprop-momentum") == [(1, 0.0)]
+    assert memory.values("lr-Rprop-momentum") == [(0, 0.0)]
 
 
 # ---- ModelSummary -------------------------------------------------------------------------------

@@ -25,10 +25,16 @@ class MetricLog:
         self.strategy = strategy
         self.loggers = loggers
         self.callback_metrics: dict[str, torch.Tensor] = {}
-        self.logged_metrics: dict[str, float] = {}
+        self.logged_metrics: dict[str, torch.Tensor] = {}  # tensors, without "epoch", as Lightning's
         self.progress_bar_keys: set[str] = set()
         self.results = Results("train")  # the collection ``self.log`` writes into now
         self._unwritten: dict[str, torch.Tensor] = {}  # step values the loggers have not had yet
+
+    def reset(self) -> None:
+        """Each fit/validate/test/predict starts with no metrics, as in Lightning: ``callback_metrics`` after
+        ``test`` hold what the test logged, never what fit left."""
+        self.callback_metrics, self.logged_metrics, self.progress_bar_keys = {}, {}, set()
+        self._unwritten = {}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -50,6 +56,7 @@ class MetricLog:
         self.callback_metrics.update(values)
         self.callback_metrics.update(results.unforked(values))
         self.progress_bar_keys |= results.prog_bar
+        self._record_logged(values, results.no_logger)
         self._unwritten.update(values)
         if write and self._unwritten:
             unwritten, self._unwritten = self._unwritten, {}
@@ -62,6 +69,7 @@ class MetricLog:
         results = self.results
         values, results.step_values = results.step_values, {}
         if write:
+            self._record_logged(values, results.no_logger)
             self._write(values, results.no_logger, epoch, batch_idx)
 
     def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
@@ -72,17 +80,22 @@ class MetricLog:
             self.callback_metrics.update(values)
             self.callback_metrics.update(results.unforked(values))
             self.progress_bar_keys |= results.prog_bar
+            self._record_logged(values, results.no_logger)
             self._write(values, results.no_logger, epoch, step)
         return {k: float(v) for k, v in values.items()}
+
+    def _record_logged(self, values: dict[str, torch.Tensor], hidden: set[str]) -> None:
+        """``logged_metrics``, as Lightning's: every value meant for the loggers, at each step and epoch end,
+        on every rank, whether or not a logger writes it now (``log_every_n_steps``) or at all."""
+        self.logged_metrics.update({k: v for k, v in values.items() if k not in hidden})
 
     def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int, step: int) -> None:
         if not values or not self.loggers or not self.strategy.is_global_zero:
             return
-        floats = {k: float(v) for k, v in values.items() if k not in hidden}
+        floats: dict[str, float] = {k: float(v) for k, v in values.items() if k not in hidden}
         if not floats:
             return
         floats["epoch"] = epoch
-        self.logged_metrics.update(floats)
         for lg in self.loggers:
             lg.log_metrics(floats, step)
 

@@ -85,7 +85,8 @@ class Results:
 
     stage: str = "train"
     num_dataloaders: int = 1
-    dataloader_idx: int = 0
+    dataloader_idx: int | None = None  # the evaluation loader running now; None in epoch-level hooks
+    loaders_of: dict[str, set[int | None]] = field(default_factory=dict)  # key -> the loaders it was logged under
     step_values: dict[str, Any] = field(default_factory=dict)
     step_sync: set[str] = field(default_factory=set)
     epoch_values: dict[str, _EpochValue] = field(default_factory=dict)
@@ -116,13 +117,15 @@ class Results:
         reduce_fx = parse_reduce_fx(name, reduce_fx)
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing.")
-        if add_dataloader_idx and self.num_dataloaders > 1:
+        if add_dataloader_idx and self.num_dataloaders > 1 and self.dataloader_idx is not None:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         both = on_step and on_epoch  # then the keys are name_step and name_epoch
         keys = {f"{name}_step", f"{name}_epoch"} if both else {name}
         with self._lock:
             if both:
                 self.forks.update({key: name for key in keys})
+            for key in keys if self.num_dataloaders > 1 else ():  # one loader: every key is its (per_loader)
+                self.loaders_of.setdefault(key, set()).add(self.dataloader_idx)
             self._record(name, value, on_step, on_epoch, sync_dist, batch_size, reduce_fx)
             if prog_bar:
                 self.prog_bar.update(keys)
@@ -159,6 +162,14 @@ class Results:
             )
         if not is_metric:
             entry.add(as_scalar(value, name), batch_size if batch_size is not None else _infer_batch_size(self.batch))
+
+    def per_loader(self, metrics: dict[str, float]) -> list[dict[str, float]]:
+        """Lightning's results of an evaluation: the i-th dict holds what was logged while loader i ran, and
+        what the epoch-level hooks logged; no ``logger=False`` key. (A name logged with ``add_dataloader_idx=False``
+        under several loaders is pooled over them and in each of their dicts; Lightning refuses it.)"""
+        logged = {k: v for k, v in metrics.items() if k not in self.no_logger}
+        loaders = range(max(self.num_dataloaders, 1))
+        return [{k: v for k, v in logged.items() if {i, None} & self.loaders_of.get(k, {None})} for i in loaders]
 
     def unforked(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``name`` for each ``name_step`` / ``name_epoch``: callbacks see both (``monitor="name"``), as Lightning."""

@@ -190,7 +190,8 @@ class Trainer:
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
             logger = False  # checkpoints and early stopping skip themselves under fast_dev_run
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
-        self.default_root_dir = Path(default_root_dir)
+        self.default_root_dir = os.fspath(default_root_dir)  # a str, as Lightning's
+        self.ckpt_path: str | None = None  # the checkpoint the last fit/validate/test/predict loaded, as Lightning's
         self.on_nonfinite_loss = on_nonfinite_loss
         self.on_data_change = on_data_change
         self.use_distributed_sampler = use_distributed_sampler
@@ -326,7 +327,7 @@ class Trainer:
         return self.metric_log.callback_metrics
 
     @property
-    def logged_metrics(self) -> dict[str, float]:
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
         return self.metric_log.logged_metrics
 
     @property
@@ -408,11 +409,11 @@ class Trainer:
         return self.loggers[0] if self.loggers else None
 
     @property
-    def log_dir(self) -> Path:
-        """Folder of this run: the first logger's, else ``default_root_dir``."""
+    def log_dir(self) -> str:
+        """Folder of this run: the first logger's, else ``default_root_dir`` (a str, as Lightning's)."""
         for lg in self.loggers:
             if lg.log_dir is not None:
-                return Path(lg.log_dir)
+                return os.fspath(lg.log_dir)
         return self.default_root_dir
 
     @property
@@ -421,7 +422,7 @@ class Trainer:
         callback = self.checkpoint_callback
         if callback is not None and callback.dirpath:
             return Path(callback.dirpath)
-        return self.log_dir / "checkpoints"
+        return Path(self.log_dir) / "checkpoints"
 
     @property
     def progress_bar_callback(self) -> Any:

@@ -107,9 +107,10 @@ def main(args):
         enable_progress_bar=False,
     )
     trainer.fit(model=autoencoder, train_dataloaders=train_loader, val_dataloaders=valid_loader)
+    val_loss = trainer.callback_metrics["val_loss"]  # each stage starts with no metrics: read it before test
     results = trainer.test(autoencoder, dataloaders=test_loader, verbose=False)
     if trainer.is_global_zero:
-        print(f"world_size={trainer.world_size} val_loss={trainer.callback_metrics['val_loss']:.4f}")
+        print(f"world_size={trainer.world_size} val_loss={val_loss:.4f}")
         print(f"test_loss={results[0]['test_loss']:.4f}")
 
 

@@ -70,7 +70,7 @@ class ModelCheckpoint(Callback):
                 "ModelCheckpoint: every_n_train_steps, train_time_interval and every_n_epochs are alternatives; "
                 "set one of them."
             )
-        self.dirpath = Path(dirpath) if dirpath is not None else None
+        self.dirpath = os.fspath(dirpath) if dirpath is not None else None  # a str, as Lightning's
         self._dirpath_given = dirpath is not None
         self.filename = filename
         self.monitor = monitor
@@ -111,7 +111,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
-            self.dirpath = Path(trainer.strategy.broadcast(str(trainer.log_dir / "checkpoints")))
+            self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.log_dir, "checkpoints"))
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
 
@@ -170,7 +170,7 @@ class ModelCheckpoint(Callback):
         path = self._path(trainer)
         keep = bool(trainer.strategy.broadcast(self._should_keep(score, str(path))))
         dropped = self._remember(str(path), score) if keep else []
-        last = self.dirpath / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
         if self.save_last:
             self.last_model_path = str(last)
         if not keep and not self.save_last:
@@ -225,10 +225,10 @@ class ModelCheckpoint(Callback):
     def _path(self, trainer: Trainer) -> Path:
         assert self.dirpath is not None
         name = self.format_checkpoint_name(self._candidates(trainer))
-        path = self.dirpath / f"{name}{self.FILE_EXTENSION}"
+        path = Path(self.dirpath) / f"{name}{self.FILE_EXTENSION}"
         version = 1
         while self.enable_version_counter and path.exists() and str(path) not in self.best_k_models:
-            path = self.dirpath / f"{name}-v{version}{self.FILE_EXTENSION}"
+            path = Path(self.dirpath) / f"{name}-v{version}{self.FILE_EXTENSION}"
             version += 1
         return path
 
@@ -277,7 +277,11 @@ class ModelCheckpoint(Callback):
         return pick(self.best_k_models, key=lambda p: self.best_k_models[p])
 
     def _remember(self, path: str, score: float) -> list[str]:
-        """Add ``path`` to the top-k; return the paths that fell out of it."""
+        """Add ``path`` to the top-k; return the paths that fell out of it. Without a monitor, as Lightning:
+        no ranking (``best_k_models`` stays empty), the newest is the best, ``save_top_k=1`` keeps only it."""
+        if self.monitor is None and self.save_top_k in (1, -1):
+            previous, self.best_model_path = self.best_model_path, path
+            return [previous] if self.save_top_k == 1 and previous and previous != path else []
         self.best_k_models[path] = score
         dropped = []
         while self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
@@ -314,4 +318,4 @@ class ModelCheckpoint(Callback):
         self.current_score = state_dict.get("current_score")
         self._last_global_step_saved = state_dict.get("last_global_step_saved", 0)
         if not self._dirpath_given and state_dict.get("dirpath"):
-            self.dirpath = Path(state_dict["dirpath"])  # a resumed run keeps writing to its own folder
+            self.dirpath = state_dict["dirpath"]  # a resumed run keeps writing to its own folder

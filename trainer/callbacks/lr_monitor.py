@@ -5,9 +5,9 @@ Lightning's names and timing. Names: ``lr-<Optimizer>`` (``lr-Adam``), the sched
 ``/pg2`` (or a group's ``"name"``) when an optimizer has several groups. Timing: at the start of a
 training batch, when that batch's step is a logging step (``log_every_n_steps``), for
 step-interval schedulers; at the start of an epoch for epoch-interval ones; optimizers without a
-scheduler at both. ``logging_interval`` puts them all on one of the two. One difference in the
-step axis, to match this trainer's own metrics: the value a step uses is logged at that step's
-number (the first step is step 1), so it shares a row with the step's training metrics.
+scheduler at both. ``logging_interval`` puts them all on one of the two. The step is Lightning's
+logger step (the batches stepped before this one), so a value shares a row with the training metrics
+of the step that used it.
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ class LearningRateMonitor(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
-        upcoming = trainer.global_step + 1  # the step this batch's optimizer step becomes
-        if upcoming % trainer.log_every_n_steps == 0 or trainer.should_stop:
-            self._log(trainer, "step" if self.logging_interval is None else "any", upcoming)
+        step = trainer.fit_loop.logger_step()  # the step this batch's metrics are logged at
+        if (step + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop:
+            self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.logging_interval != "step":
-            self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.global_step + 1)
+            self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.fit_loop.logger_step())
 
     # ---- values -------------------------------------------------------------------------------------
     def _log(self, trainer: Trainer, interval: str, step: int) -> None:

@@ -195,7 +195,7 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
 def checkpoint_folders(trainer: TrainerView) -> list[Path]:
     """Where a run's checkpoints are: every ModelCheckpoint's dirpath, and ``default_root_dir``'s checkpoint folders."""
     folders = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if cb.dirpath]
-    folders += [p for p in trainer.default_root_dir.glob("**/checkpoints") if p.is_dir() and p not in folders]
+    folders += [p for p in Path(trainer.default_root_dir).glob("**/checkpoints") if p.is_dir() and p not in folders]
     return folders
 
 

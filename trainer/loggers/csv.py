@@ -54,7 +54,7 @@ class RunFolder:
 
 
 class MetricsFile:
-    """A CSV file whose header grows: a new column rewrites the file with the union, as Lightning does.
+    """A CSV file whose header grows: a new column rewrites the file with the sorted union, as Lightning does.
 
     Rows with known columns are appended through a handle kept open between appends: opening the
     file for each one cost ~0.1 ms, paid at every logging point when the Trainer flushes there. A
@@ -80,7 +80,7 @@ class MetricsFile:
         new = [key for key in _ordered_keys(rows) if key not in columns]
         if new or (keep is not None and keep < self.num_rows):
             kept = self._read()[1][:keep]
-            self._rewrite(columns + new, kept + rows)
+            self._rewrite(sorted(columns + new), kept + rows)  # Lightning's order: sorted (epoch, step, ...)
             self.num_rows = len(kept) + len(rows)
         else:
             self._appender(columns).writerows(rows)
@@ -170,6 +170,16 @@ class CSVLogger(Logger):
     @override
     def log_dir(self) -> str:
         return self._folder.path
+
+    @property
+    def save_dir(self) -> str:
+        """The folder the run folders go under, a str as Lightning's."""
+        return os.fspath(self._folder.save_dir)
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the run folders of this name, as Lightning's."""
+        return os.path.join(self.save_dir, self.name)
 
     @property
     def version(self) -> int | str:

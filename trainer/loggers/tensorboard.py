@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,16 @@ class TensorBoardLogger(Logger):
     @override
     def log_dir(self) -> str:
         return self._folder.path
+
+    @property
+    def save_dir(self) -> str:
+        """The folder the run folders go under, a str as Lightning's."""
+        return os.fspath(self._folder.save_dir)
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``, as Lightning's."""
+        return os.path.join(self.save_dir, self.name)
 
     @property
     def version(self) -> int | str:

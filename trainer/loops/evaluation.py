@@ -69,16 +69,18 @@ class EvaluationLoop:
                     total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
                     self._run_loader(idx, loader, total, keep_predictions)
         finally:
+            trainer.metric_log.results.dataloader_idx = None  # what on_<stage>_epoch_end logs is every loader's
             set_rng_state(rng)
         hooks.call(trainer, f"on_{stage}_epoch_end")
-        metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.global_step, publish=publish)
+        results = trainer.metric_log.results
+        metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.fit_loop.logger_step(), publish=publish)
         trainer.metric_log.flush_loggers()
         if before_end is not None:
             before_end()
         hooks.call(trainer, f"on_{stage}_end")
         getattr(module, f"on_{stage}_model_train")()
         trainer.metric_log.resume(previous)
-        return _per_loader(metrics, len(self.loaders))
+        return results.per_loader(metrics)
 
     def _run_loader(self, idx: int, loader: Iterable[Any], total: int | float, keep: bool) -> None:
         trainer, stage = self.trainer, self.stage
@@ -121,14 +123,3 @@ class EvaluationLoop:
 
 def _no_grad(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if inference_mode else torch.no_grad()
-
-
-def _per_loader(metrics: dict[str, float], num_loaders: int) -> list[dict[str, float]]:
-    """Lightning's shape: one dict per loader, with its own keys and those logged for every loader."""
-    if num_loaders <= 1:
-        return [metrics]
-    shared = {k: v for k, v in metrics.items() if "/dataloader_idx_" not in k}
-    return [
-        {**shared, **{k: v for k, v in metrics.items() if k.endswith(f"/dataloader_idx_{i}")}}
-        for i in range(num_loaders)
-    ]

@@ -67,6 +67,7 @@ class FitLoop:
         self._restore: Restore | None = None  # read; its training phase (optimizer states) not loaded yet
         self.loader_restarts = False  # resuming a Lightning mid-epoch checkpoint: the loader starts over, as there
         self.is_last_batch = False  # the batch being trained is the epoch's last
+        self.open_batch = False  # a batch stepped and its validation / plateau schedulers have not run yet
         # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
         self.data_seed = 0
         self.layout: dict[str, Any] = {}  # what the position in an epoch depends on (data.position)
@@ -128,6 +129,7 @@ class FitLoop:
         check_output_folders(trainer)
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
+        trainer.ckpt_path = None if restore is None else str(path)
         if restore is not None:
             restore.load(Phase.MODULE)
         trainer.precision.convert_module(module)
@@ -149,7 +151,7 @@ class FitLoop:
         self._prepare_data(train_loader, val_loaders)
         if trainer.is_global_zero:
             params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
-            for lg in trainer.loggers:
+            for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
                 lg.log_hyperparams(params)
 
     def _restore_optimizers(self) -> None:
@@ -349,6 +351,7 @@ class FitLoop:
                 return True
             if calls.followups:
                 self._finish_batch(batch_idx)
+            self.open_batch = False
             stop = self.signal_received is not None
             if votes is not None:
                 stop = votes.after_batch(batch_idx, stop)
@@ -406,6 +409,7 @@ class FitLoop:
         progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
         to_device, step, flush = calls.to_device, calls.step, calls.flush
         batch_start, batch_end, log_every = calls.batch_start, calls.batch_end, calls.log_every
+        manual = not self.trainer.lightning_module.automatic_optimization  # Lightning logs its every batch
         limit = self.num_training_batches
 
         def train_batch(batch: Any, batch_idx: int) -> Any:
@@ -423,12 +427,14 @@ class FitLoop:
             if last:
                 self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
             stepped = progress.global_step
-            if stepped != steps_before:  # callbacks see every step's values; loggers every log_every_n_steps
-                write = stepped % log_every == 0
+            if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
+                self.open_batch = True
+                counted = progress.total_batches if manual else stepped  # Lightning's "batches that stepped"
+                write = counted % log_every == 0
                 if write:
                     calls.check_nonfinite()
                 if write or results.step_values:
-                    metric_log.step_end(progress.epoch, stepped, write)
+                    metric_log.step_end(progress.epoch, counted - 1, write)  # Lightning's step: counted before it
             if batch_end:
                 outputs = _outputs(output, calls.step_loss())
                 for end_hook in batch_end:
@@ -464,6 +470,13 @@ class FitLoop:
         accumulate = self.trainer.accumulate_grad_batches
         return accumulate > 1 and (batch_idx + 1) % accumulate != 0 and batch_idx + 1 < self.num_training_batches
 
+    def logger_step(self) -> int:
+        """The step the loggers get, Lightning's: the batches that stepped (in manual optimization every batch),
+        the current one counted once its validation and plateau schedulers ran (so they log at the step before)."""
+        progress = self.progress
+        automatic = self.trainer.lightning_module.automatic_optimization
+        return (progress.global_step if automatic else progress.total_batches) - self.open_batch
+
     def _end_epoch(self, completed: bool) -> None:
         """``on_train_epoch_end`` (monitoring callbacks after the module, which may log), with the epoch's
         metrics and, for an epoch that ran to its end, the epoch schedulers before those callbacks."""
@@ -485,7 +498,7 @@ class FitLoop:
     def _epoch_metrics(self, completed: bool) -> None:
         """The epoch's metrics, then the plateau schedulers that monitor them (before the monitoring
         callbacks save, so a checkpoint holds the stepped scheduler)."""
-        self.trainer.metric_log.epoch_end(self.progress.epoch, self.progress.global_step)
+        self.trainer.metric_log.epoch_end(self.progress.epoch, self.logger_step())
         if completed:
             self._step_epoch_schedulers(plateau=True)
 
@@ -685,11 +698,13 @@ class _BatchCalls:
 
 
 def _logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
-    """The module's and the DataModule's saved hyper-parameters (``logger=False`` keeps either out); a
-    name both hold with different values is an error, as in Lightning."""
-    logged = dict(module.hparams_initial) if module._hparams_state().log else {}
-    state = getattr(datamodule, "_hparams_state", None)
-    if state is None or not state().log:
+    """The module's and the DataModule's hyper-parameters saved by ``save_hyperparameters`` (``logger=False``
+    keeps either out; the automatic record stays in checkpoints); a name both hold with different values is an
+    error, as in Lightning."""
+    state = module._hparams_state()
+    logged = dict(module.hparams_initial) if state.log and state.explicit else {}
+    saved = getattr(datamodule, "_hparams_state", lambda: None)()
+    if saved is None or not (saved.log and saved.explicit):
         return logged
     extra = dict(datamodule.hparams_initial)
     clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])

@@ -34,6 +34,8 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
     strategy = trainer.strategy
     strategy.setup_environment()
     trainer.attach(module, datamodule, fn)
+    trainer.metric_log.reset()
+    trainer.ckpt_path = None
     status = "failed"
     try:
         _add_module_callbacks(trainer, module)

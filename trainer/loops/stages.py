@@ -126,6 +126,7 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     else:
         path = resolve_checkpoint_path(trainer, ckpt_path)
     if path is not None:
+        trainer.ckpt_path = str(path)
         open_checkpoint(trainer, path, fitting=False).load(Phase.MODULE)
 
 
