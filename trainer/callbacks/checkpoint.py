@@ -194,7 +194,7 @@ class ModelCheckpoint(Callback):
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._saved_this_fit = True
-        last = self.dirpath / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
         self.last_model_path = str(last)
         trainer.save_checkpoint(last, weights_only=self.save_weights_only)
         if self.verbose and trainer.is_global_zero:
