@@ -39,8 +39,6 @@ ForwardBackward = Callable[[Any, int], tuple[Any, torch.Tensor]]
 class AutomaticStep:
     """The Trainer optimizes: the step returns a loss, and the Trainer does backward and steps."""
 
-    immediate_on_cpu = True  # a CPU loss is checked at its step (.item() is free there); tests turn it off
-
     def __init__(self, trainer: TrainerView, progress: Progress, optimization: Optimization) -> None:
         self.trainer = trainer
         self.progress = progress
@@ -127,12 +125,7 @@ class AutomaticStep:
             backward = self.optimization.backward
         elif overrides(precision, "backward", Precision):
             backward = precision.backward
-        check_finite, finite, isfinite, immediate = (
-            self.check_finite,
-            self._finite,
-            math.isfinite,
-            self.immediate_on_cpu,
-        )
+        check_finite, finite, isfinite = self.check_finite, self._finite, math.isfinite
 
         def forward_backward(batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
             output = forward(batch, batch_idx)
@@ -144,7 +137,7 @@ class AutomaticStep:
             try:
                 loss = output["loss"] if isinstance(output, dict) else output
                 # on CPU .item() costs nothing and the check is immediate; elsewhere _finite defers it
-                if check_finite and not (immediate and loss.is_cpu and isfinite(loss.item())) and not finite(loss):
+                if check_finite and not (loss.is_cpu and isfinite(loss.item())) and not finite(loss):
                     return output, loss.detach()  # skipped: drop the graph at once
                 if not every:
                     loss = loss / self._divisor(batch_idx)
@@ -221,7 +214,7 @@ class AutomaticStep:
         """
         mode = self.trainer.on_nonfinite_loss
         step = self.progress.global_step
-        if mode == "raise" and not (loss.is_cpu and self.immediate_on_cpu):
+        if mode == "raise" and not loss.is_cpu:
             self.nonfinite.record(loss, step)
             return True
         value = loss.item()
