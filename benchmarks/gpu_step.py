@@ -23,6 +23,7 @@ import argparse
 import collections
 import contextlib
 import io
+import logging
 import os
 import statistics
 import sys
@@ -218,9 +219,9 @@ def systems() -> list[str]:
     return ["raw", "ours", "lightning"]
 
 
-def time_cases(cases: list[tuple[str, bool]], rounds: int) -> None:
+def time_cases(cases: list[tuple[str, bool]], rounds: int, warm_up: bool = True) -> None:
     names = systems()
-    for case in cases:  # warm-up: kernels, cuDNN autotuning, the allocator, imports
+    for case in cases if warm_up else []:  # warm-up: kernels, cuDNN autotuning, the allocator, imports
         for system in names:
             run(system, *case)
     times: dict[tuple[tuple[str, bool], str], list[tuple[float, float]]] = {(c, s): [] for c in cases for s in names}
@@ -281,6 +282,8 @@ def main() -> None:
     parser.add_argument("--syncs", action="store_true", help="list synchronization sites instead of timing")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # banners, through handlers made at import
+        logging.getLogger(name).setLevel(logging.ERROR)
     make_work(args.quick)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
     device = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (no CUDA device: a smoke run, not a measurement)"
@@ -291,7 +294,7 @@ def main() -> None:
                 sync_sites(system, name, typical)
         sync_sites("ours", "medium", False, on_nonfinite_loss="off")
         return
-    time_cases(cases, args.rounds)
+    time_cases(cases, args.rounds, warm_up=not args.quick)
 
 
 if __name__ == "__main__":
