@@ -282,7 +282,8 @@ def main() -> None:
     parser.add_argument("--syncs", action="store_true", help="list synchronization sites instead of timing")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # banners, through handlers made at import
+    systems()  # imports Lightning, which sets its loggers' levels: quiet its banners after that
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
     make_work(args.quick)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
