@@ -74,10 +74,11 @@ def _dead_pid() -> int:
 
 
 def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
+    """Same values wherever they live: on a GPU machine nn.DataParallel moves its module to cuda:0."""
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for key in sa:
-        assert torch.equal(sa[key], sb[key]), key
+        assert torch.equal(sa[key].cpu(), sb[key].cpu()), key
 
 
 # ----------------------------------------------------------------------------- atomic save

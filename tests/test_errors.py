@@ -74,12 +74,18 @@ def test_cuda_without_cuda_says_so_and_suggests_cpu(tmp_path: Path, name: str) -
         quiet(tmp_path, accelerator=name)
 
 
+_BEYOND_CORES = (os.cpu_count() or 1) + 4  # an index out of range whatever the machine's core count
+
+
 @pytest.mark.parametrize(
     ("devices", "pattern"),
     [
         (0, r"devices=0 must be a positive count"),
         (-2, r"devices=-2 must be a positive count"),
-        ([5], r"devices=\[5\] is out of range: cpu has \d+ device\(s\) \(indices 0\.\.\d+\)"),
+        (
+            [_BEYOND_CORES],
+            rf"devices=\[{_BEYOND_CORES}\] is out of range: cpu has \d+ device\(s\) \(indices 0\.\.\d+\)",
+        ),
         ([-1], r"devices=\[-1\] is out of range"),
         ([0, 0], r"devices=\[0, 0\] lists an index more than once"),
         ("abc", r"devices='abc' is not a count, a comma-separated list of indices, -1 or 'auto'"),

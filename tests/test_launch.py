@@ -120,7 +120,12 @@ def test_one_device_without_launcher_is_local() -> None:
     assert (env.world_size, env.source, env.master_addr) == (1, "local", "127.0.0.1")
 
 
-def test_several_devices_without_launcher_plan_a_self_launch() -> None:
+def test_several_devices_without_launcher_plan_a_self_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The re-run command comes from __main__: a script here, whatever runs the tests (pytest-xdist's
+    # workers run under `python -c`, which a self-launch refuses as an interactive session).
+    script = types.ModuleType("__main__")
+    script.__file__ = "train.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
     env = detect_cluster(3, 1, environ={"MASTER_PORT": "23456"}, argv=["train.py"])
     assert env == ClusterEnv(0, 0, 3, 0, 3, "127.0.0.1", 23456, "self")
 

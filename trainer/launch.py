@@ -50,7 +50,7 @@ def detect_cluster(
     elif _slurm_managed(environ):
         env = _from_slurm(environ, num_devices)
     elif num_devices * num_nodes > 1:
-        env = _plan_self_launch(environ, num_devices, num_nodes)
+        env = _plan_self_launch(environ, num_devices, num_nodes, argv)
     else:
         env = ClusterEnv(0, 0, 1, 0, 1, "127.0.0.1", _port(environ) or find_free_port(), "local")
     _check_world_size(env, num_devices, num_nodes)
@@ -155,14 +155,14 @@ def _expand_ranges(spec: str) -> list[str]:
     return items
 
 
-def _plan_self_launch(environ: Mapping[str, str], num_devices: int, num_nodes: int) -> ClusterEnv:
+def _plan_self_launch(environ: Mapping[str, str], num_devices: int, num_nodes: int, argv: list[str]) -> ClusterEnv:
     if num_nodes > 1:
         raise RuntimeError(
             f"num_nodes={num_nodes}: steadytrain only starts processes on this machine. Start one "
             "launcher per node instead, e.g. `torchrun --nnodes N --node_rank i --nproc_per_node D ...` "
             "or `srun`."
         )
-    launch_command()  # refuse interactive sessions before anything starts
+    launch_command(argv)  # refuse interactive sessions before anything starts
     port = _port(environ) or find_free_port()
     return ClusterEnv(0, 0, num_devices, 0, num_devices, "127.0.0.1", port, "self")
 

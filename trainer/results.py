@@ -63,7 +63,8 @@ class _EpochValue:
             value = value * batch_size
         if self.total is None:
             self.total = value.clone()
-            self.count = torch.tensor(float(batch_size), dtype=torch.float64, device=value.device)
+            # a fill, not torch.tensor(..., device=): that copies from the host and waits for the device
+            self.count = torch.full((), float(batch_size), dtype=torch.float64, device=value.device)
             return
         if self.reduce_fx in ("mean", "sum"):
             self.total += value

@@ -33,7 +33,7 @@ class Steps(nn.Module):
 
 
 def cpu_strategy(module: nn.Module) -> DataParallelStrategy:
-    """The strategy around a CPU DataParallel (which, without GPUs, calls the module directly)."""
+    """The strategy around a DataParallel (without GPUs it calls the module directly; with one, it moves it there)."""
     strategy = DataParallelStrategy()
     strategy.module = module
     strategy.model = nn.DataParallel(StepWrapper(module))
@@ -86,7 +86,9 @@ def test_steps_run_through_the_wrapper() -> None:
     strategy = cpu_strategy(module)
     data = batch()
     assert strategy.batch_to_device(data) is data  # DataParallel scatters it
-    assert torch.equal(strategy.step_function("training")(data, 0), module.training_step(data, 0))
+    device = next(module.parameters()).device  # cuda:0 where a GPU is: DataParallel moved the module there
+    expected = module.training_step(tuple(t.to(device) for t in data), 0)
+    assert torch.equal(strategy.step_function("training")(data, 0).cpu(), expected.cpu())
     assert strategy.step_function("validation")(data, 2) == "validation 2"
 
 

@@ -92,6 +92,8 @@ class FitLoop:
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
             with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal), anomaly:
                 self._run_epochs()
+                assert self.step is not None
+                self.step.check_nonfinite()  # fit's end: a deferred non-finite loss surfaces here at the latest
                 if self.signal_received is not None:
                     self._save_and_exit()
             hooks.call(trainer, "on_train_end")
@@ -525,6 +527,8 @@ class FitLoop:
 
     def _validate(self) -> None:
         trainer, progress = self.trainer, self.progress
+        if self.step is not None:
+            self.step.check_nonfinite()  # a validation reads values on the host anyway
         if not self._accumulating(progress.batches_done - 1):
             trainer.lightning_module.on_validation_model_zero_grad()
         trainer.state.stage = "validate"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trainer.loops.hooks as hooks
 from trainer.failures import note_worker_failure
 from trainer.loops.checks import check_uncalled_hooks
+from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.steps import batch_idx_optional
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         status = "success"
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
-        clearer = strategy.explain_failure(exc)  # before other ranks are stopped: they may still tell
+        # before other ranks are stopped: they may still tell
+        clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
         for cb in trainer.callbacks:
             cb.on_exception(trainer, module, exc)
         if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
@@ -72,6 +74,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
             for lg in trainer.loggers:
                 lg.finalize(status)
         strategy.teardown()
+        strategy.offload(trainer.optimizers)  # Lightning's teardown: module and optimizer state to the CPU
 
 
 def _report_profile(trainer: TrainerView, fn: str) -> None:

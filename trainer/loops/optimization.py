@@ -4,9 +4,9 @@
 ``step()`` goes through the precision (GradScaler unscale, step, update), calls
 ``on_before_optimizer_step``, and counts the global step. In manual optimization the gradients are
 the global batch's already when ``manual_backward`` returns (the strategy's ``manual_backward_sync``),
-so ``clip_gradients`` in ``training_step`` clips them, as in Lightning. The automatic loop's common
-case does not come through here: it makes the same calls inline (``trainer.loops.training``) to stay
-as short as a hand-written loop.
+so ``clip_gradients`` in ``training_step`` clips them, as in Lightning. The automatic loop calls
+``before_step`` and ``finish_step`` itself (``trainer.loops.training``), and nothing at all for a
+plain fp32 step, to stay as short as a hand-written loop.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ class Optimization:
         self.lr_scheduler_configs = schedulers
         self.wrapped = [StepOptimizer(opt, self) for opt in optimizers]
         self.manual = not trainer.lightning_module.automatic_optimization
+        self.resolve()
 
     # ---- backward ----------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -99,21 +100,53 @@ class Optimization:
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         self.trainer.strategy.clip_gradients(params, value, algorithm)
 
-    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscale, ``on_before_optimizer_step``, then (automatic mode) ``configure_gradient_clipping``."""
-        trainer = self.trainer
-        trainer.precision.unscale_(optimizer)
-        hooks.call(trainer, "on_before_optimizer_step", optimizer)
-        if not self.manual:
-            module = trainer.lightning_module
-            module.configure_gradient_clipping(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+    # ---- the step (automatic and manual optimization, and an overridden ``optimizer_step``) ------------
+    def resolve(self) -> None:
+        """What a step calls, looked up once per epoch: hooks nobody overrides cost nothing per step."""
+        from trainer.module import Module
+        from trainer.precision import Precision
 
-    # ---- the step ------------------------------------------------------------------------------------
+        trainer = self.trainer
+        module, precision = trainer.lightning_module, trainer.precision
+        self.before_step_hooks = hooks.resolved(trainer, "on_before_optimizer_step")
+        self.unscales = hooks.overrides(precision, "unscale_", Precision)
+        self.clips = not self.manual and (
+            hooks.overrides(module, "configure_gradient_clipping", Module) or trainer.gradient_clip_val is not None
+        )
+        self.schedules = not self.manual and bool(self.lr_scheduler_configs)
+        self.prepares = bool(self.unscales or self.before_step_hooks or self.clips)  # before_step does something
+        self.finishes = hooks.overrides(precision, "update", Precision) or self.schedules  # finish_step does more
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscale (first, so hooks and clipping see the true gradients), ``on_before_optimizer_step``, then
+        (automatic mode) ``configure_gradient_clipping``."""
+        if self.unscales:
+            self.trainer.precision.unscale_(optimizer)
+        for hook in self.before_step_hooks:
+            hook(optimizer)
+        if self.clips:
+            trainer = self.trainer
+            trainer.lightning_module.configure_gradient_clipping(
+                optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+            )
+
+    def finish_step(self, batch_idx: int) -> None:
+        """After the optimizers stepped: the precision's update, the global step, the step-interval schedulers.
+
+        An fp16 step the scaler skipped (overflow) holds the learning rate; telling it on the host waits
+        for the device, so only a run with step-interval schedulers reads it.
+        """
+        stepped = self.trainer.precision.update()
+        self.progress.global_step += 1
+        if self.schedules and bool(stepped):
+            self.step_schedulers("step", batch_idx, plateau=False)
+
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """Run ``closure`` (if any), then step through the precision.
+        """Run ``closure`` (if any) and ``before_step``, then step through the precision.
 
         In manual optimization every call is a global step, as in Lightning; its gradients were
-        averaged across ranks in ``manual_backward`` already.
+        averaged across ranks in ``manual_backward`` already. In automatic optimization the loop
+        finishes the step (``finish_step``) once ``optimizer_step`` returns.
         """
 
         def closure_then_hooks() -> Any:
@@ -123,8 +156,7 @@ class Optimization:
 
         result = self.trainer.precision.optimizer_step(optimizer, closure_then_hooks, **kwargs)
         if self.manual:
-            self.trainer.precision.update()
-            self.progress.global_step += 1
+            self.finish_step(-1)
         return result
 
     # ---- schedulers ----------------------------------------------------------------------------------

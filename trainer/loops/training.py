@@ -5,8 +5,12 @@ Automatic, per micro-batch: ``training_step``; at the first micro-batch of an ac
 ``on_after_backward``; at the window's end the unscale, ``on_before_optimizer_step``, clipping
 (``configure_gradient_clipping``), the step, and the step-interval schedulers. Gradients are zeroed
 at the start of the next window, not after the step, so ``on_train_batch_end`` still sees them.
-Hooks nobody overrides are left out, so a plain module's step makes the calls of a hand-written loop.
 A module that overrides ``optimizer_step`` (or an LBFGS optimizer) gets Lightning's closure instead.
+
+There is one implementation of the step (``AutomaticStep.entry``): a closure built once per epoch
+over what the epoch calls. Hooks nobody overrides are left out when it is built, so a plain
+module's step makes the calls of a hand-written loop. The step never waits on the device: the
+non-finite check on an accelerator is deferred (``trainer.loops.nonfinite``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 import trainer.loops.hooks as hooks
 from trainer.loops.hooks import overrides
+from trainer.loops.nonfinite import DeferredNonfinite
 from trainer.module import Module
 from trainer.precision import Precision
 
@@ -28,6 +33,7 @@ if TYPE_CHECKING:
     from trainer.view import TrainerView
 
 STOP_EPOCH = object()  # on_train_batch_start returned -1: the epoch ends here
+ForwardBackward = Callable[[Any, int], tuple[Any, torch.Tensor]]
 
 
 class AutomaticStep:
@@ -38,8 +44,8 @@ class AutomaticStep:
         self.progress = progress
         self.optimization = optimization
         self.optimizer = optimization.optimizers[0]
-        self.step_loss: torch.Tensor | None = None  # the last loss, graph head kept (see run)
-        self.first_nonfinite_step: torch.Tensor | None = None  # device-side, read at log intervals
+        self.step_loss: torch.Tensor | None = None  # the last loss, graph head kept (see entry)
+        self.nonfinite = DeferredNonfinite()  # on_nonfinite_loss="raise" on an accelerator
         self.skipped = 0  # batches skipped this epoch for a non-finite loss (on_nonfinite_loss="skip")
         self.num_batches: int | float = math.inf
 
@@ -60,115 +66,91 @@ class AutomaticStep:
             or overrides(module, "backward", Module)
         )
         self.plain_zero_grad = not self.before_zero_grad and not self.custom_zero_grad
-        self.before_step = hooks.resolved(trainer, "on_before_optimizer_step")
-        self.unscale = overrides(precision, "unscale_", Precision)
-        self.updates_precision = overrides(precision, "update", Precision)
-        self.custom_clipping = overrides(module, "configure_gradient_clipping", Module)
-        self.clips = self.custom_clipping or trainer.gradient_clip_val is not None
-        self.schedules = bool(self.optimization.lr_scheduler_configs)
+        self.optimization.resolve()
         self.closure_step = overrides(module, "optimizer_step", Module) or isinstance(self.optimizer, torch.optim.LBFGS)
         self.check_finite = trainer.on_nonfinite_loss != "off"
 
     # ---- one batch -----------------------------------------------------------------------------------------
     def entry(self) -> Callable[[Any, int], Any]:
-        """What trains a batch this epoch: the flat common case (every batch steps, no closure), or ``run``."""
-        return self._every_batch() if self.accumulate == 1 and not self.closure_step else self.run
+        """The step for this epoch: one closure over what it calls, resolved once per epoch.
 
-    def _every_batch(self) -> Callable[[Any, int], Any]:
-        """``run`` for the common case as one closure over what it calls, resolved for the epoch.
-
-        This is every step of most runs: locals instead of attribute reads and no nested calls bring a
-        plain fp32 step to the calls of a hand-written loop. Anything not plain (hooks, clipping,
-        schedulers, a scaler) goes through the same methods ``run`` uses.
+        Locals instead of attribute reads and no calls for what nobody overrides bring a plain fp32
+        step to the calls of a hand-written loop; the rest (hooks, clipping, schedulers, a scaler,
+        accumulation, a closure for ``optimizer_step``) are the same lines with their parts present.
         """
-        forward, optimizer, progress = self.forward, self.optimizer, self.progress
+        forward_backward = self._forward_backward()
+        if self.closure_step:
+            return self._with_closure(forward_backward)
+        optimization, optimizer, progress = self.optimization, self.optimizer, self.progress
         precision = self.trainer.precision
-        zero_grad = optimizer.zero_grad if self.plain_zero_grad else None
+        every, window_end, no_sync = self.accumulate == 1, self._window_end, self.trainer.strategy.no_sync
+        plain = not (
+            optimization.prepares or optimization.finishes or overrides(precision, "optimizer_step", Precision)
+        )
+        prepares, before_step, finish = optimization.prepares, optimization.before_step, optimization.finish_step
+
+        def train(batch: Any, batch_idx: int) -> Any:
+            if every or window_end(batch_idx):
+                output, loss = forward_backward(batch, batch_idx)
+                if plain:
+                    optimizer.step()
+                    progress.global_step += 1
+                else:
+                    if prepares:  # unscale first, so the hooks and clipping see the true gradients
+                        before_step(optimizer)
+                    precision.optimizer_step(optimizer)
+                    finish(batch_idx)
+            else:
+                with no_sync():  # DDP: no gradient all-reduce until the window closes
+                    output, loss = forward_backward(batch, batch_idx)
+            # The last loss keeps its graph head until the next step, as a hand-written loop's ``loss``
+            # does: autograd then reuses each parameter's gradient accumulator instead of rebuilding it.
+            self.step_loss = loss
+            return output
+
+        return train
+
+    def _forward_backward(self) -> ForwardBackward:
+        """The step, zero_grad at a window's start, and the backward of its loss, resolved for the epoch.
+
+        The output is only validated when something fails: ``check_loss`` then names the problem
+        (a checked-up-front loss would cost every step a few attribute reads).
+        """
+        forward, progress, accumulate = self.forward, self.progress, self.accumulate
+        every = accumulate == 1
+        zero_grad = self.optimizer.zero_grad if self.plain_zero_grad else None
+        precision = self.trainer.precision
         backward: Callable[[torch.Tensor], Any] | None = None  # None: the plain loss.backward()
         if self.hooked_backward:
             backward = self.optimization.backward
         elif overrides(precision, "backward", Precision):
             backward = precision.backward
-        plain_step = not (
-            self.unscale
-            or self.before_step
-            or self.clips
-            or self.updates_precision
-            or self.schedules
-            or overrides(precision, "optimizer_step", Precision)
-        )
-        check_finite, isfinite = self.check_finite, math.isfinite
+        check_finite, finite, isfinite = self.check_finite, self._finite, math.isfinite
 
-        def every_batch(batch: Any, batch_idx: int) -> Any:
+        def forward_backward(batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
             output = forward(batch, batch_idx)
-            if zero_grad is not None:
-                zero_grad()
-            else:
-                self._zero_grad(batch_idx)
+            if every or batch_idx % accumulate == 0:
+                if zero_grad is not None:
+                    zero_grad()
+                else:
+                    self._zero_grad(batch_idx)
             try:
                 loss = output["loss"] if isinstance(output, dict) else output
-                if check_finite and not (loss.is_cpu and isfinite(loss.item())) and not self._finite(loss):
-                    loss = loss.detach()  # skipped: drop the graph at once
-                elif backward is None:
+                # on CPU .item() costs nothing and the check is immediate; elsewhere _finite defers it
+                if check_finite and not (loss.is_cpu and isfinite(loss.item())) and not finite(loss):
+                    return output, loss.detach()  # skipped: drop the graph at once
+                if not every:
+                    loss = loss / self._divisor(batch_idx)
+                if backward is None:
                     loss.backward()
                 else:
                     backward(loss)
             except Exception:
                 check_loss(output, progress.global_step)
                 raise
-            if plain_step:
-                optimizer.step()
-                progress.global_step += 1
-            else:
-                self._optimizer_step(batch_idx)
-            self.step_loss = loss  # the graph head is kept until the next step (see ``run``)
-            return output
+            return output, loss
 
-        return every_batch
-
-    def run(self, batch: Any, batch_idx: int) -> Any:
-        """Train on one micro-batch; returns the step's output."""
-        accumulate = self.accumulate
-        should_step = accumulate == 1 or self._window_end(batch_idx)
-        if self.closure_step:
-            return self._run_with_closure(batch, batch_idx, should_step)
-        if should_step:
-            output, loss = self._forward_backward(batch, batch_idx)
-            self._optimizer_step(batch_idx)
-        else:
-            with self.trainer.strategy.no_sync():  # DDP: no gradient all-reduce until the window closes
-                output, loss = self._forward_backward(batch, batch_idx)
-        # The last loss keeps its graph head until the next step, as a hand-written loop's ``loss``
-        # does: autograd then reuses each parameter's gradient accumulator instead of rebuilding it.
-        self.step_loss = loss
-        return output
-
-    def _forward_backward(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
-        """The step, zero_grad at a window's start, and the backward of its loss.
-
-        The output is only validated when something fails: ``check_loss`` then names the problem
-        (a checked-up-front loss would cost every step a few attribute reads).
-        """
-        output = self.forward(batch, batch_idx)
-        if self.accumulate == 1 or batch_idx % self.accumulate == 0:
-            if self.plain_zero_grad:
-                self.optimizer.zero_grad()
-            else:
-                self._zero_grad(batch_idx)
-        try:
-            loss = output["loss"] if isinstance(output, dict) else output
-            if self.check_finite and not self._finite(loss):
-                return output, loss.detach()  # skipped: drop the graph at once
-            if self.accumulate != 1:
-                loss = loss / self._divisor(batch_idx)
-            if self.hooked_backward:
-                self.optimization.backward(loss)
-            else:
-                self.trainer.precision.backward(loss)
-        except Exception:
-            check_loss(output, self.progress.global_step)
-            raise
-        return output, loss
+        return forward_backward
 
     def _zero_grad(self, batch_idx: int) -> None:
         for hook in self.before_zero_grad:
@@ -178,62 +160,38 @@ class AutomaticStep:
         else:
             self.optimizer.zero_grad()
 
-    def _optimizer_step(self, batch_idx: int) -> None:
-        trainer = self.trainer
-        optimizer = self.optimizer
-        precision = trainer.precision
-        if self.unscale:  # first, so the hooks and clipping see the true gradients
-            precision.unscale_(optimizer)
-        for hook in self.before_step:
-            hook(optimizer)
-        if self.clips:
-            self._clip(optimizer)
-        precision.optimizer_step(optimizer)
-        # _after_step's lines, inline: this is the path every plain step takes
-        stepped = precision.update() if self.updates_precision else True
-        self.progress.global_step += 1
-        if stepped and self.schedules:
-            self.optimization.step_schedulers("step", batch_idx, plateau=False)
-
-    def _clip(self, optimizer: torch.optim.Optimizer) -> None:
-        trainer = self.trainer
-        if self.custom_clipping:
-            trainer.lightning_module.configure_gradient_clipping(
-                optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm
-            )
-        elif trainer.gradient_clip_val is not None:
-            self.optimization.clip_gradients(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-
-    def _after_step(self, batch_idx: int) -> None:
-        stepped = self.trainer.precision.update() if self.updates_precision else True
-        self.progress.global_step += 1
-        if stepped and self.schedules:  # an fp16 overflow skipped the step: hold the LR
-            self.optimization.step_schedulers("step", batch_idx, plateau=False)
-
-    def _run_with_closure(self, batch: Any, batch_idx: int, should_step: bool) -> Any:
+    def _with_closure(self, forward_backward: ForwardBackward) -> Callable[[Any, int], Any]:
         """Lightning's closure: ``optimizer_step`` (the module's) runs it, so LBFGS can re-evaluate the loss."""
-        found: dict[str, Any] = {}
+        every, window_end, no_sync = self.accumulate == 1, self._window_end, self.trainer.strategy.no_sync
+        module, wrapped, finish = (
+            self.trainer.lightning_module,
+            self.optimization.wrapped[0],
+            self.optimization.finish_step,
+        )
 
-        def closure() -> torch.Tensor:
-            found["output"], found["loss"] = self._forward_backward(batch, batch_idx)
-            return found["loss"]
+        def train(batch: Any, batch_idx: int) -> Any:
+            found: dict[str, Any] = {}
 
-        if not should_step:
-            with self.trainer.strategy.no_sync():
-                closure()
-        else:
-            module = self.trainer.lightning_module
-            wrapped = self.optimization.wrapped[0]
-            module.optimizer_step(self.progress.epoch, batch_idx, wrapped, closure)
-            if "loss" not in found:
-                raise RuntimeError(
-                    f"{type(module).__name__}.optimizer_step() did not call the optimizer_closure it was given, so "
-                    "training_step never ran: call optimizer.step(closure=optimizer_closure), or optimizer_closure() "
-                    "when skipping the step."
-                )
-            self._after_step(batch_idx)
-        self.step_loss = found["loss"]
-        return found["output"]
+            def closure() -> torch.Tensor:
+                found["output"], found["loss"] = forward_backward(batch, batch_idx)
+                return found["loss"]  # type: ignore[no-any-return]
+
+            if not (every or window_end(batch_idx)):
+                with no_sync():
+                    closure()
+            else:
+                module.optimizer_step(self.progress.epoch, batch_idx, wrapped, closure)
+                if "loss" not in found:
+                    raise RuntimeError(
+                        f"{type(module).__name__}.optimizer_step() did not call the optimizer_closure it was given, "
+                        "so training_step never ran: call optimizer.step(closure=optimizer_closure), or "
+                        "optimizer_closure() when skipping the step."
+                    )
+                finish(batch_idx)
+            self.step_loss = found["loss"]
+            return found["output"]
+
+        return train
 
     # ---- accumulation windows ----------------------------------------------------------------------------
     def _window_end(self, batch_idx: int) -> bool:
@@ -250,21 +208,14 @@ class AutomaticStep:
         """False when the batch must be skipped; raises under on_nonfinite_loss="raise".
 
         On CPU ``.item()`` is nearly free, so the check is immediate. On an accelerator a per-step
-        ``.item()`` would stall the device, so "raise" keeps a device-side record of the first bad
-        step and reads it at each logging interval and at the epoch end (``check_nonfinite``).
+        ``.item()`` would stall the device, so "raise" records the loss on the device and the host
+        reads the first bad step at the next allowed point (``check_nonfinite``). "skip" has to know
+        now whether to skip the backward, so it reads the loss every step (a synchronization).
         """
-        if loss.is_cpu and math.isfinite(loss.item()):
-            return True
         mode = self.trainer.on_nonfinite_loss
         step = self.progress.global_step
-        if not loss.is_cpu and mode == "raise":
-            at = torch.tensor(step, device=loss.device)
-            first = self.first_nonfinite_step
-            bad = ~torch.isfinite(loss.detach())
-            if first is None:
-                self.first_nonfinite_step = torch.where(bad, at, torch.full_like(at, -1))
-            else:
-                self.first_nonfinite_step = torch.where(bad & (first < 0), at, first)
+        if mode == "raise" and not loss.is_cpu:
+            self.nonfinite.record(loss, step)
             return True
         value = loss.item()
         if math.isfinite(value):
@@ -275,10 +226,10 @@ class AutomaticStep:
         return False
 
     def check_nonfinite(self) -> None:
-        """Read the deferred device-side record (one sync) and raise if a loss was not finite."""
-        first = self.first_nonfinite_step
-        if first is not None and (step := int(first)) >= 0:
-            raise_nonfinite(self.progress.epoch, step)
+        """Read the deferred device-side record (one synchronization) and raise if a loss was not finite."""
+        found = self.nonfinite.read()
+        if found is not None:
+            raise_nonfinite(self.progress.epoch, *found)
 
 
 class ManualStep:

@@ -52,17 +52,25 @@ class MixedPrecision(Precision):
             self._stepped = True
         return result
 
-    def update(self) -> bool:
+    def update(self) -> bool | torch.Tensor:
+        """The scaler's update; whether the step was taken, on the device (reading it waits for the device).
+
+        The scale only shrinks when an overflow was found, i.e. when the steps were skipped: the scale
+        tensors before and after tell it without reading them back (``get_scale()`` would synchronize).
+        """
         self._unscaled.clear()
         if self.scaler is None:
             return True
         if not self._stepped:  # the scaler saw no gradients: nothing to update, nothing stepped
             return False
         self._stepped = False
-        # The scale only shrinks when an overflow was found, i.e. when the steps were skipped.
-        before = self.scaler.get_scale()
+        scale = getattr(self.scaler, "_scale", None)
+        before = scale.clone() if isinstance(scale, torch.Tensor) else None
         self.scaler.update()
-        return self.scaler.get_scale() >= before
+        after = getattr(self.scaler, "_scale", None)
+        if before is None or not isinstance(after, torch.Tensor):
+            return True  # a disabled scaler steps every time
+        return after >= before
 
     def state_dict(self) -> dict[str, Any]:
         return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}

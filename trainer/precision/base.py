@@ -61,8 +61,11 @@ class Precision:
             return optimizer.step(**kwargs)
         return optimizer.step(closure=closure, **kwargs)
 
-    def update(self) -> bool:
-        """Called once after all optimizers stepped; False when the step was skipped (overflow)."""
+    def update(self) -> bool | torch.Tensor:
+        """Called once after all optimizers stepped; False when the step was skipped (overflow).
+
+        May answer with a device-side bool tensor, so the step does not wait for the device to know.
+        """
         return True
 
     def state_dict(self) -> dict[str, Any]:

@@ -120,6 +120,20 @@ class Strategy(ABC):
     def teardown(self) -> None:
         """Release what ``setup_environment`` took."""
 
+    def offload(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """End of a stage: the module and the optimizers' state to the CPU, as Lightning's ``Strategy.teardown``.
+
+        The device memory is then free for the next job (a notebook that fits twice), and a script that
+        compares weights with CPU tensors after ``fit`` works as under Lightning. The next stage moves
+        the module back (``setup_module``); ``optimizer.load_state_dict`` or the first step brings the
+        optimizers' state along. Nothing to do on the CPU.
+        """
+        if self.module is None or self.root_device.type == "cpu":
+            return
+        for optimizer in optimizers:
+            optimizer_state_to(optimizer, torch.device("cpu"))
+        self.module.cpu()
+
     def on_exception(self, exception: BaseException) -> None:
         """A step raised: a multi-process strategy makes sure the other ranks end too."""
 
@@ -233,3 +247,22 @@ class Strategy(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.root_device}, world_size={self.world_size})"
+
+
+def optimizer_state_to(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move an optimizer's state tensors to ``device`` (Lightning's ``_optimizer_to_device``).
+
+    ``step`` stays where it is: torch keeps it on the CPU unless the optimizer is capturable.
+    """
+    from lightning_utilities.core.apply_func import apply_to_collection
+
+    def move(value: torch.Tensor) -> torch.Tensor:
+        return value.to(device)
+
+    for param, state in optimizer.state.items():
+        if not isinstance(state, dict):
+            optimizer.state[param] = apply_to_collection(state, torch.Tensor, move)
+            continue
+        for key, value in state.items():
+            if key != "step":
+                state[key] = apply_to_collection(value, torch.Tensor, move)

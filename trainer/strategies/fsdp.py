@@ -207,6 +207,9 @@ class FSDPStrategy(ParallelStrategy):
         sharded.wait_pending()
         super().teardown()
 
+    def offload(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """Sharded parameters stay where they are, as under Lightning's FSDP strategy (its teardown moves nothing)."""
+
 
 def _offload_policy(cpu_offload: bool | CPUOffloadPolicy) -> OffloadPolicy | None:
     if isinstance(cpu_offload, OffloadPolicy):
