@@ -21,10 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-import trainer.data as data
-import trainer.data.position as position
 import trainer.loops.hooks as hooks
-from trainer.data.resolve import LoaderSource
+from trainer.data.train_source import TrainSource
 from trainer.loops.batches import transfer
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
 from trainer.loops.evaluation import EvaluationLoop
@@ -32,8 +30,7 @@ from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
 from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
-from trainer.seed import rng_state, set_rng_state
-from trainer.signals import catch_stop_signals, start_iterator
+from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -52,27 +49,21 @@ class FitLoop:
         self.optimization: Optimization | None = None
         self.step: AutomaticStep | ManualStep | None = None
         self.val_loop = EvaluationLoop(trainer, "validation")
-        self.train_dataloader: Iterable[Any] | None = None
-        self.source: LoaderSource | None = None  # where the loaders come from, to request them again
-        self.raw_train: Any = None  # the training loader as given, before sharding
-        self.loader_epoch = 0  # the epoch whose start requested the current loaders
-        self.loader_rng: dict[str, Any] | None = None  # the RNG that request started from (0: none)
-        self.saved_loader_rng: dict[str, Any] | None = None
-        self.num_training_batches: int | float = math.inf
+        self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
         self.val_check_batch: int | float = math.inf
         self.signal_received: str | None = None
         self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
         self.resumed = False
         self._checkpoint: tuple[dict[str, Any], Path] | None = None  # read; optimizer states not loaded yet
         self.is_last_batch = False  # the batch being trained is the epoch's last
-        # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
-        self.data_seed = 0
-        self.layout: dict[str, Any] = {}  # what the position in an epoch depends on (data.position)
-        self.saved_layout: dict[str, Any] | None = None  # the resumed checkpoint's
-        self.resumed_from: Path | None = None
-        self.resharded: Iterable[Any] | None = None  # the interrupted epoch's rest, on another number of ranks
-        self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
-        self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
+
+    @property
+    def train_dataloader(self) -> Iterable[Any] | None:
+        return self.data.loader
+
+    @property
+    def num_training_batches(self) -> int | float:
+        return self.data.num_batches
 
     # ---- set-up --------------------------------------------------------------------------------------
     def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
@@ -97,15 +88,9 @@ class FitLoop:
     def _reset(self) -> None:
         self.progress = Progress()
         self._checkpoint = None
-        self.train_dataloader = None
-        self.loader_epoch = 0
-        self.loader_rng = self.saved_loader_rng = None
+        self.data = TrainSource(self.trainer, self.progress, self._use_val_loaders)
         self.signal_received = None
         self.resumed = False
-        self.saved_layout = None
-        self.resharded = None
-        self.epoch_rng = {}
-        self.resume_rng = None
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
@@ -117,10 +102,7 @@ class FitLoop:
         if trainer.compile:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
-        self.source = LoaderSource(strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
-        self._check_reload_source()
-        train_loader, val_loaders = self._request()
-        self.raw_train = train_loader
+        self.data.setup(module, train, val, datamodule)
         check_output_folders(trainer)
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
         checkpoint = read_checkpoint(trainer, path) if path is not None else None
@@ -136,7 +118,7 @@ class FitLoop:
             if module.automatic_optimization
             else (ManualStep(trainer))
         )
-        self.data_seed = int(strategy.broadcast(torch.initial_seed()))
+        self.data.draw_data_seed()
         if checkpoint is not None:
             from trainer.checkpoint.state import restore_training
 
@@ -144,8 +126,8 @@ class FitLoop:
             restore_training(trainer, checkpoint, path)
             self._checkpoint = (checkpoint, path)  # optimizer states: after on_fit_start
             self.resumed = True
-            train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
-        self._prepare_data(train_loader, val_loaders)
+            self.data.resume()
+        self.data.place()
         if trainer.is_global_zero:
             params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
@@ -164,134 +146,30 @@ class FitLoop:
                 progress = self.progress
                 print(f"steadytrain: resumed from {path} at epoch {progress.epoch}, step {progress.global_step}.")
 
-    # ---- the loaders, requested again every n epochs (reload_dataloaders_every_n_epochs) ---------------
-    def _check_reload_source(self) -> None:
-        every, source = self.trainer.reload_dataloaders_every_n_epochs, self.source
-        assert source is not None
-        if every and source.given:
-            warnings.warn(
-                f"reload_dataloaders_every_n_epochs={every} does not change the {' and '.join(source.given)} "
-                "loader(s) passed to fit(): the same objects are used every epoch. Return them from the module's "
-                "or the DataModule's train_dataloader()/val_dataloader() to get new ones.",
-                stacklevel=4,
-            )
-
-    def _reload_due(self, epoch: int) -> bool:
-        every = self.trainer.reload_dataloaders_every_n_epochs
-        return bool(every) and epoch % every == 0 and epoch != self.loader_epoch
-
-    def _reload(self, epoch: int) -> None:
-        """New loaders at the start of ``epoch``; the RNG they started from goes into checkpoints."""
-        assert self.source is not None and self.train_dataloader is not None
-        self.loader_rng = rng_state()
-        train_loader, val_loaders = self._request()
-        data.shut_down_workers([self.train_dataloader, *self.val_loop.loaders])
-        self.loader_epoch = epoch
-        self._prepare_data(train_loader, val_loaders)
-
-    def _loaders_of_resumed_epoch(self, train_loader: Any, val_loaders: list[Any]) -> tuple[Any, list[Any]]:
-        """The loaders the resumed epoch ran on, when an earlier epoch's start requested them: requested
-        again as then (same ``current_epoch``, same RNG), so their order and contents are the same."""
-        every, progress = self.trainer.reload_dataloaders_every_n_epochs, self.progress
-        first = progress.epoch - progress.epoch % every if every else 0
-        if not first or (first == progress.epoch and not progress.batches_done):
-            return train_loader, val_loaders  # epoch 0's, or requested at this epoch's start (_epoch_loader)
-        assert self.source is not None
-        epoch, rng = progress.epoch, rng_state()
-        progress.epoch, self.loader_epoch, self.loader_rng = first, first, self.saved_loader_rng
-        try:
-            if self.loader_rng is not None:
-                set_rng_state(self.loader_rng)
-            return self._request()
-        finally:
-            progress.epoch = epoch
-            set_rng_state(rng)
-
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the whole fit will take (Lightning's rule), known from ``configure_optimizers`` on."""
         trainer = self.trainer
         no_step_limit = math.inf if trainer.max_steps == -1 else trainer.max_steps
         if trainer.max_epochs is None:
             return no_step_limit
-        if self.train_dataloader is not None:
-            batches = self.num_training_batches
-        elif self.raw_train is not None:
-            with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
-                batches = data.num_batches(self._sharded(self.raw_train), trainer.limits["train"])
-        else:
-            raise RuntimeError(
-                "estimated_stepping_batches needs the training loader: read it in configure_optimizers() or later "
-                "during fit()."
-            )
+        batches = self.data.batches_per_epoch()
         if math.isinf(batches):
             return no_step_limit
         steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs, 1)
         return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
 
-    def _request(self) -> tuple[Any, list[Any]]:
-        assert self.source is not None
-        train_loader, val_loaders = self.source.request()
-        return data.unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
-
-    def _sharded(self, train_loader: Any) -> Iterable[Any]:
+    def _use_val_loaders(self, val_loaders: list[Any]) -> None:
+        """The (re)requested validation loaders, and how often they run in this data's epochs."""
         trainer = self.trainer
-        return data.prepare_train_loader(
-            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
-        )
-
-    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
-        trainer = self.trainer
-        self.raw_train = train_loader
-        prepared = self._sharded(train_loader)
-        self.train_dataloader = data.seed_samples(prepared, self.data_seed)
-        self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
-        if self.num_training_batches == 0:
-            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
-        self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_training_batches)
-        saved = self.saved_layout
-        if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
-            self._continue_position(train_loader)  # inside an epoch: the position depends on the data
         self.val_loop.setup(val_loaders, trainer.limits["validation"])
         self.val_check_batch = _val_check_batch(
             trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
         )
 
-    def _continue_position(self, train_loader: Any) -> None:
-        """A mid-epoch checkpoint's position, in data laid out as now: exact, rebuilt on another number
-        of ranks, restarted (when asked), or refused naming what changed."""
-        trainer, progress, saved = self.trainer, self.progress, self.saved_layout
-        assert saved is not None
-        changed = position.changes(saved, self.layout)
-        if not changed:
-            if saved["world_size"] != trainer.world_size:  # same global batch: rebuild the old layout
-                self.resharded = position.reshard(
-                    train_loader, saved, trainer.world_size, trainer.global_rank, progress.epoch
-                )
-            return
-        what = position.describe(changed)
-        if trainer.on_data_change == "restart_epoch":
-            warnings.warn(
-                f"the training data changed since {self.resumed_from} ({what}): epoch {progress.epoch} restarts from "
-                f"its first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
-                stacklevel=2,
-            )
-            progress.batches_done = 0
-            self.epoch_rng = {}
-            return
-        raise ValueError(
-            f"{self.resumed_from} was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of "
-            f"its batches, but the training data changed since: {what}. That position would skip or repeat samples. "
-            "Resume from a checkpoint taken at an epoch's end, or pass Trainer(on_data_change='restart_epoch') to "
-            f"train epoch {progress.epoch} again from its first batch with the new data."
-        )
-
     # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
-        reloads = self._reload_due(progress.epoch) and not progress.batches_done
-        if self.resumed and not reloads and (progress.epoch > self.loader_epoch or progress.batches_done > 0):
-            assert self.train_dataloader is not None
-            data.start_persistent_workers(self.train_dataloader, start_iterator)
+        self.data.start_resumed_workers(self.resumed)
         while True:
             if 0 <= trainer.max_steps <= progress.global_step:
                 break
@@ -315,14 +193,14 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         skip = progress.batches_done
-        loader = self._epoch_loader(skip)
+        loader = self.data.epoch_loader(progress.epoch, skip, self.val_loop.loaders)
         trainer.lightning_module.train()
         trainer.metric_log.start("train")
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
         calls = _BatchCalls(trainer, self.step, self._may_follow_batches())
-        batches = self._batches(loader, skip)
+        batches = self._timed(self.data.batches(loader, progress.epoch, skip))
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
         votes = _StopVotes(trainer.strategy) if trainer.world_size > 1 else None
@@ -361,33 +239,7 @@ class FitLoop:
             self._step_epoch_schedulers(plateau=False)
         return True
 
-    def _epoch_loader(self, skip: int) -> Iterable[Any]:
-        """The loader for this epoch, its order's RNG captured (a new epoch) or put back (a resume)."""
-        assert self.train_dataloader is not None
-        loader = self.train_dataloader
-        if skip == 0:
-            self._resume_rng_now()
-            if self._reload_due(self.progress.epoch):
-                self._reload(self.progress.epoch)
-                loader = self.train_dataloader
-            self.epoch_rng = data.capture_epoch_rng(loader)
-        if self.resharded is not None:  # the old layout, whose samplers drew from the epoch's global RNG
-            loader, self.resharded = self.resharded, None
-            torch.set_rng_state(self.epoch_rng["global"])
-        else:
-            data.restore_epoch_rng(loader, self.epoch_rng)  # no-op unless resuming mid-epoch
-        data.set_epoch(loader, self.progress.epoch)
-        return loader
-
-    def _batches(self, loader: Iterable[Any], skip: int) -> Iterator[Any]:
-        """The epoch's batches; a resume skips the finished ones at the index level, then continues the
-        checkpoint's RNG stream."""
-        if not skip:
-            iterator = start_iterator(loader)
-        else:
-            reused = self.progress.epoch > self.loader_epoch and bool(getattr(loader, "persistent_workers", False))
-            iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
-            self._resume_rng_now()
+    def _timed(self, iterator: Iterator[Any]) -> Iterator[Any]:
         profiler = self.trainer.profiler
         return (
             iterator
@@ -574,17 +426,14 @@ class FitLoop:
 
     # ---- what a checkpoint records of the data position -------------------------------------------------
     def data_state(self) -> dict[str, Any]:
-        return {"data_seed": self.data_seed, "world_size": self.trainer.world_size, "layout": self.layout}
+        return self.data.data_state()
 
     def load_data_state(self, state: dict[str, Any], path: Path) -> None:
-        self.data_seed = int(state.get("data_seed", self.data_seed))
-        self.saved_layout = state.get("layout")
-        self.resumed_from = path
+        self.data.load_data_state(state, path)
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        state = {"rng": rng_state(), "epoch_rng": self.epoch_rng, "grads": self._open_window_grads()}
-        return state if self.loader_rng is None else {**state, "loader_rng": self.loader_rng}
+        return {**self.data.rank_state(), "grads": self._open_window_grads()}
 
     def _open_window_grads(self) -> list[torch.Tensor | None] | None:
         accumulate = self.trainer.accumulate_grad_batches
@@ -603,9 +452,7 @@ class FitLoop:
         trainer = self.trainer
         same = saved_world_size == trainer.world_size
         mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
-        self.resume_rng = mine["rng"]
-        self.epoch_rng = mine["epoch_rng"] if same else ranks[0]["epoch_rng"]
-        self.saved_loader_rng = mine.get("loader_rng")
+        self.data.load_rank_state(mine, ranks[0], same)
         grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
         if not same and not self.progress.batches_done:
             warnings.warn(
@@ -617,11 +464,6 @@ class FitLoop:
             device = trainer.strategy.root_device
             for param, grad in zip(trainer.lightning_module.parameters(), grads):
                 param.grad = None if grad is None else grad.to(device)
-
-    def _resume_rng_now(self) -> None:
-        if self.resume_rng is not None:
-            set_rng_state(self.resume_rng)
-            self.resume_rng = None
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps."""
