@@ -9,6 +9,7 @@ what decides the position and what restores it are read in one place.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
     from trainer.loops.progress import Progress
+    from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
 
 ValLoaders = Callable[[list[Any]], None]  # the fit loop's use of (re)requested validation loaders
@@ -149,14 +151,15 @@ class TrainSource:
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:
         trainer = self.trainer
+        agree = functools.partial(_agree, trainer.strategy)
         return prepare_train_loader(
-            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
+            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler, agree
         )
 
     def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
         trainer = self.trainer
         self.raw_train = train_loader
-        self.loader = seed_samples(self._sharded(train_loader), self.data_seed)
+        self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
         self.num_batches = num_batches(self.loader, trainer.limits["train"])
         if self.num_batches == 0:
             raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
@@ -174,9 +177,9 @@ class TrainSource:
         changed = position.changes(saved, self.layout)
         if not changed:
             if saved["world_size"] != trainer.world_size:  # same global batch: rebuild the old layout
-                self.resharded = position.reshard(
-                    train_loader, saved, trainer.world_size, trainer.global_rank, progress.epoch
-                )
+                resharded = position.reshard(train_loader, saved, trainer.world_size, trainer.global_rank)
+                several = trainer.world_size > 1 or saved["world_size"] > 1  # the old layout's rule
+                self.resharded = seed_samples(resharded, self.data_seed, several)
             return
         what = position.describe(changed)
         if trainer.on_data_change == "restart_epoch":
@@ -249,3 +252,8 @@ class TrainSource:
         self.resume_rng = mine["rng"]
         self.epoch_rng = mine["epoch_rng"] if same_world else first["epoch_rng"]
         self.saved_loader_rng = mine.get("loader_rng")
+
+
+def _agree(strategy: Strategy, value: int) -> int:
+    """Rank 0's ``value`` on every rank (a shuffle's seed, drawn once per epoch)."""
+    return int(strategy.broadcast(value))

@@ -23,21 +23,19 @@ import torch
 
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
-from trainer.loops.batches import transfer
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
+from trainer.loops.epoch_parts import BatchCalls, StopVotes, batch_end_outputs, logged_hparams, val_check_batch
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
 from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
+from trainer.seed import rng_state, set_rng_state
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
     from trainer.module import Module
-    from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
-
-SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
 
 class FitLoop:
@@ -129,7 +127,7 @@ class FitLoop:
             self.data.resume()
         self.data.place()
         if trainer.is_global_zero:
-            params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
+            params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers:
                 lg.log_hyperparams(params)
 
@@ -162,7 +160,7 @@ class FitLoop:
         """The (re)requested validation loaders, and how often they run in this data's epochs."""
         trainer = self.trainer
         self.val_loop.setup(val_loaders, trainer.limits["validation"])
-        self.val_check_batch = _val_check_batch(
+        self.val_check_batch = val_check_batch(
             trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
         )
 
@@ -199,17 +197,17 @@ class FitLoop:
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = _BatchCalls(trainer, self.step, self._may_follow_batches())
+        calls = BatchCalls(trainer, self.step, self._may_follow_batches())
         batches = self._timed(self.data.batches(loader, progress.epoch, skip))
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
-        votes = _StopVotes(trainer.strategy) if trainer.world_size > 1 else None
+        votes = StopVotes(trainer.strategy) if trainer.world_size > 1 else None
         completed = self._batch_loop(calls, batches, skip, votes)
         if votes is not None:
             votes.finish()  # not on an exception: another rank may be gone, and the job ends anyway
         return completed
 
-    def _batch_loop(self, calls: _BatchCalls, batches: Iterator[Any], skip: int, votes: _StopVotes | None) -> bool:
+    def _batch_loop(self, calls: BatchCalls, batches: Iterator[Any], skip: int, votes: StopVotes | None) -> bool:
         progress, trainer = self.progress, self.trainer
         limit = self.num_training_batches
         train_batch = self._batch_runner(calls)
@@ -247,7 +245,7 @@ class FitLoop:
             else profiler.timed_iter("[_TrainingEpochLoop].train_dataloader_next", iterator)
         )
 
-    def _batch_runner(self, calls: _BatchCalls) -> Callable[[Any, int], Any]:
+    def _batch_runner(self, calls: BatchCalls) -> Callable[[Any, int], Any]:
         """One training batch, as a closure over what it reads (built once per epoch: locals cost less
         than the attribute reads of a method, and this runs every batch)."""
         progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
@@ -277,7 +275,7 @@ class FitLoop:
                 if write or results.step_values:
                     metric_log.step_end(progress.epoch, stepped, write)
             if batch_end:
-                outputs = _outputs(output, calls.step_loss())
+                outputs = batch_end_outputs(output, calls.step_loss())
                 for end_hook in batch_end:
                     end_hook(outputs, batch, batch_idx)
             if flush is not None and stepped != steps_before:
@@ -379,12 +377,14 @@ class FitLoop:
         if steps == 0 or not self.val_loop.loaders:
             return
         trainer.state.stage = "sanity_check"
+        rng = rng_state()  # Lightning isolates the sanity check's draws (and only those) from training's
         hooks.call_callbacks(trainer, "on_sanity_check_start")
         try:
             self.val_loop.run(max_batches=None if steps < 0 else steps, publish=False)
         finally:
             trainer.state.stage = "train"
         hooks.call_callbacks(trainer, "on_sanity_check_end")
+        set_rng_state(rng)
 
     def _can_stop(self) -> bool:
         trainer, progress = self.trainer, self.progress
@@ -471,107 +471,9 @@ class FitLoop:
             self.step.step_loss = self.step.step_loss.detach()
 
 
-class _StopVotes:
-    """Several ranks agree on a stop signal every ``SIGNAL_CHECK_EVERY`` batches without waiting for it:
-    the vote started after one batch is read after the next, its latency hidden behind that batch.
-
-    Every rank starts and reads each vote at the same batch, so all stop at the same one (at most
-    ``SIGNAL_CHECK_EVERY + 1`` batches after the signal); the epoch's end decides once more, waiting.
-    """
-
-    def __init__(self, strategy: Strategy) -> None:
-        self.start = strategy.start_boolean_decision
-        self.pending: Callable[[], bool] | None = None
-
-    def after_batch(self, batch_idx: int, stop: bool) -> bool:
-        pending = self.pending
-        if pending is not None:
-            self.pending = None
-            return pending()
-        if batch_idx % SIGNAL_CHECK_EVERY == 0:
-            self.pending = self.start(stop)
-        return False
-
-    def finish(self) -> None:
-        """Read a vote still open when the loop ended (its answer is asked again at the epoch's end)."""
-        if self.pending is not None:
-            self.pending()
-            self.pending = None
-
-
-class _BatchCalls:
-    """What a training batch calls and reads, looked up once per epoch; nothing for what cannot happen
-    (no loggers to flush, no validation or plateau scheduler that could fall due)."""
-
-    def __init__(self, trainer: TrainerView, step: AutomaticStep | ManualStep, followups: bool) -> None:
-        self.to_device = transfer(trainer)
-        self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
-        self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
-        self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
-        self.followups = followups
-        self.step = step.entry()
-        if trainer.profiler is not None:
-            self.step = trainer.profiler.timed("run_training_batch", self.step)
-            if self.to_device is not None:
-                self.to_device = trainer.profiler.timed("transfer_batch_to_device", self.to_device)
-        self.check_nonfinite = step.check_nonfinite
-        self.step_loss = lambda: step.step_loss
-        self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
-        self.log_every = trainer.log_every_n_steps
-        self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
-
-
-def _logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
-    """The module's and the DataModule's saved hyper-parameters (``logger=False`` keeps either out); a
-    name both hold with different values is an error, as in Lightning."""
-    logged = dict(module.hparams_initial) if module._hparams_state().log else {}
-    state = getattr(datamodule, "_hparams_state", None)
-    if state is None or not state().log:
-        return logged
-    extra = dict(datamodule.hparams_initial)
-    clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
-    if clash:
-        raise ValueError(
-            f"the hyper-parameters {clash} are saved by both {type(module).__name__} and {type(datamodule).__name__} "
-            "with different values; rename one, or save_hyperparameters(ignore=...) it in one of them."
-        )
-    return {**logged, **extra}
-
-
 def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:
     """The element-wise mean of the ranks' open-window gradients (None where a rank has none)."""
     if any(grads is None for grads in per_rank):
         return None
     columns = zip(*per_rank)  # type: ignore[misc]
     return [None if any(g is None for g in col) else torch.stack(list(col)).mean(0) for col in columns]
-
-
-def _outputs(output: Any, loss: torch.Tensor | None) -> Any:
-    """What ``on_train_batch_end`` gets, as in Lightning: ``{"loss": <detached loss>, **extras}``."""
-    if isinstance(output, dict):
-        return {**output, "loss": output["loss"].detach()} if "loss" in output else output
-    if isinstance(output, torch.Tensor):
-        return {"loss": output.detach()}
-    if loss is not None and output is not None:
-        return {"loss": loss.detach()}
-    return {} if output is None else output
-
-
-def _val_check_batch(interval: int | float, num_batches: int | float, every_n_epochs: int | None) -> int | float:
-    """Training batches between validations (Lightning's ``val_check_batch``)."""
-    if isinstance(interval, int) and not isinstance(interval, bool):
-        if math.isfinite(num_batches) and interval > num_batches and every_n_epochs is not None:
-            raise ValueError(
-                f"val_check_interval={interval} is more than the {int(num_batches)} training batches of an epoch; "
-                "validate less often with check_val_every_n_epoch, or count across epochs with "
-                "check_val_every_n_epoch=None."
-            )
-        return interval
-    if math.isinf(num_batches):
-        if interval != 1.0:
-            raise ValueError(
-                f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no length; "
-                "give an int (every N batches) or 1.0 (at the end of the data)."
-            )
-        return math.inf
-    return max(1, int(num_batches * interval))
