@@ -63,6 +63,12 @@ class TrainSource:
         trainer = self.trainer
         self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
         self._check_reload_source()
+        if trainer.seed:
+            warnings.warn(
+                f"Trainer(seed={trainer.seed}) does not order the shuffle: every rank splits one device's order, "
+                "drawn from the default generator as a RandomSampler draws it; seed_everything() decides it.",
+                stacklevel=5,
+            )
         self._pending = self._request()
         self.raw_train = self._pending[0]
 
