@@ -24,13 +24,14 @@ import torch
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders
-from trainer.loops.epoch_parts import BatchCalls, StopVotes, batch_end_outputs, logged_hparams, val_check_batch
+from trainer.loops.epoch_parts import BatchCalls, StopVotes, batch_end_outputs, logged_hparams
 from trainer.loops.evaluation import EvaluationLoop
+from trainer.loops.fit_validation import FitValidation
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
+from trainer.loops.stop_signal import StopSignal
 from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
-from trainer.seed import rng_state, set_rng_state
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
@@ -46,11 +47,9 @@ class FitLoop:
         self.progress = Progress()
         self.optimization: Optimization | None = None
         self.step: AutomaticStep | ManualStep | None = None
-        self.val_loop = EvaluationLoop(trainer, "validation")
+        self.validation = FitValidation(trainer, self.progress, self._can_stop)
         self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
-        self.val_check_batch: int | float = math.inf
-        self.signal_received: str | None = None
-        self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
+        self.stop = StopSignal(trainer)
         self.resumed = False
         self._checkpoint: tuple[dict[str, Any], Path] | None = None  # read; optimizer states not loaded yet
         self.is_last_batch = False  # the batch being trained is the epoch's last
@@ -63,6 +62,10 @@ class FitLoop:
     def num_training_batches(self) -> int | float:
         return self.data.num_batches
 
+    @property
+    def val_loop(self) -> EvaluationLoop:
+        return self.validation.loop
+
     # ---- set-up --------------------------------------------------------------------------------------
     def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         trainer = self.trainer
@@ -73,21 +76,22 @@ class FitLoop:
             hooks.call(trainer, "on_fit_start")
             self._restore_optimizers()
             if not self.resumed:
-                self._sanity_check()
+                self.validation.sanity_check()
             hooks.call(trainer, "on_train_start")
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
-            with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal), anomaly:
+            with catch_stop_signals(self.stop.names(), self.stop.on_signal), anomaly:
                 self._run_epochs()
-                if self.signal_received is not None:
-                    self._save_and_exit()
+                if self.stop.received is not None:
+                    self.stop.save_and_exit(self.progress)
             hooks.call(trainer, "on_train_end")
             hooks.call(trainer, "on_fit_end")
 
     def _reset(self) -> None:
         self.progress = Progress()
         self._checkpoint = None
+        self.validation = FitValidation(self.trainer, self.progress, self._can_stop)
         self.data = TrainSource(self.trainer, self.progress, self._use_val_loaders)
-        self.signal_received = None
+        self.stop = StopSignal(self.trainer)
         self.resumed = False
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
@@ -158,11 +162,7 @@ class FitLoop:
 
     def _use_val_loaders(self, val_loaders: list[Any]) -> None:
         """The (re)requested validation loaders, and how often they run in this data's epochs."""
-        trainer = self.trainer
-        self.val_loop.setup(val_loaders, trainer.limits["validation"])
-        self.val_check_batch = val_check_batch(
-            trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
-        )
+        self.validation.use(val_loaders, self.num_training_batches)
 
     # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
@@ -177,8 +177,8 @@ class FitLoop:
                 break
             completed = self._run_epoch()
             # A signal may have reached some ranks after their last agreement: decide together.
-            if trainer.strategy.reduce_boolean_decision(self.signal_received is not None):
-                self.signal_received = self.signal_received or "SIGTERM"
+            if trainer.strategy.reduce_boolean_decision(self.stop.received is not None):
+                self.stop.received = self.stop.received or "SIGTERM"
                 break
             self._end_epoch(completed)
             if not completed:  # max_steps or a stop mid-epoch: the position stays mid-epoch
@@ -220,11 +220,11 @@ class FitLoop:
                 return True
             if calls.followups:
                 self._finish_batch(batch_idx)
-            stop = self.signal_received is not None
+            stop = self.stop.received is not None
             if votes is not None:
                 stop = votes.after_batch(batch_idx, stop)
             if stop:
-                self.signal_received = self.signal_received or "SIGTERM"
+                self.stop.received = self.stop.received or "SIGTERM"
                 return False
             if progress.global_step >= calls.max_steps or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
@@ -290,8 +290,8 @@ class FitLoop:
         progress = self.progress
         if progress.closed_at == progress.total_batches:
             return
-        if self._val_due(batch_idx) and progress.validated_at != progress.total_batches:
-            self._validate()
+        if self.validation.due(batch_idx) and progress.validated_at != progress.total_batches:
+            self.validation.run(zero_grad=not self._accumulating(progress.batches_done - 1))
         automatic = self.optimization is not None and self.trainer.lightning_module.automatic_optimization
         if automatic and not self._accumulating(batch_idx):
             assert self.optimization is not None
@@ -303,7 +303,7 @@ class FitLoop:
         plateau = self.optimization is not None and any(
             c.reduce_on_plateau and c.interval == "step" for c in self.optimization.lr_scheduler_configs
         )
-        return plateau or (bool(self.val_loop.loaders) and sum(self.val_loop.num_batches) > 0)
+        return plateau or self.validation.may_run()
 
     def _accumulating(self, batch_idx: int) -> bool:
         accumulate = self.trainer.accumulate_grad_batches
@@ -338,91 +338,9 @@ class FitLoop:
         if self.optimization is not None and self.trainer.lightning_module.automatic_optimization:
             self.optimization.step_schedulers("epoch", self.progress.epoch, plateau)
 
-    # ---- validation --------------------------------------------------------------------------------
-    def _val_due(self, batch_idx: int) -> bool:
-        """Lightning's rule for a validation after training batch ``batch_idx``."""
-        trainer = self.trainer
-        if not self.val_loop.loaders or sum(self.val_loop.num_batches) == 0:
-            return False
-        every = trainer.check_val_every_n_epoch
-        if every is not None and (self.progress.epoch + 1) % every:
-            return False
-        if trainer.should_stop and self._can_stop():
-            return True
-        last = batch_idx + 1 >= self.num_training_batches
-        if math.isinf(self.val_check_batch):
-            return last
-        index = self.progress.total_batches - 1 if every is None else batch_idx
-        return (index + 1) % self.val_check_batch == 0
-
-    def _validate(self) -> None:
-        trainer, progress = self.trainer, self.progress
-        if not self._accumulating(progress.batches_done - 1):
-            trainer.lightning_module.on_validation_model_zero_grad()
-        trainer.state.stage = "validate"
-
-        def done() -> None:  # before on_validation_end: a checkpoint saved there records it
-            progress.validations += 1
-            progress.validated_at = progress.total_batches
-
-        try:
-            self.val_loop.run(before_end=done)
-        finally:
-            trainer.state.stage = "train"
-
-    def _sanity_check(self) -> None:
-        """A few validation batches first, so a bug there shows before hours of training."""
-        trainer = self.trainer
-        steps = trainer.num_sanity_val_steps
-        if steps == 0 or not self.val_loop.loaders:
-            return
-        trainer.state.stage = "sanity_check"
-        rng = rng_state()  # Lightning isolates the sanity check's draws (and only those) from training's
-        hooks.call_callbacks(trainer, "on_sanity_check_start")
-        try:
-            self.val_loop.run(max_batches=None if steps < 0 else steps, publish=False)
-        finally:
-            trainer.state.stage = "train"
-        hooks.call_callbacks(trainer, "on_sanity_check_end")
-        set_rng_state(rng)
-
     def _can_stop(self) -> bool:
         trainer, progress = self.trainer, self.progress
         return progress.epoch >= (trainer.min_epochs or 0) and progress.global_step >= (trainer.min_steps or 0)
-
-    # ---- stop signals ---------------------------------------------------------------------------------
-    def _stop_signal_names(self) -> list[str]:
-        requeue = self.trainer.requeue_signal
-        return ["SIGTERM", "SIGINT"] + ([requeue] if requeue else [])
-
-    def _on_stop_signal(self, name: str) -> None:
-        """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
-        A second Ctrl-C raises KeyboardInterrupt at once."""
-        if name == "SIGINT" and self.signal_received == "SIGINT" and not self.saving_on_signal:
-            raise KeyboardInterrupt
-        self.signal_received = self.signal_received or name
-
-    def _save_and_exit(self) -> None:
-        """A signal stopped the loop at a step boundary: save ``interrupted.ckpt``, then leave.
-
-        Ctrl-C re-raises KeyboardInterrupt; SIGTERM / the requeue signal end the process cleanly.
-        """
-        trainer, name = self.trainer, self.signal_received
-        path = trainer.checkpoint_dir / "interrupted.ckpt"
-        self.saving_on_signal = True
-        try:
-            trainer.save_checkpoint(path)
-        finally:
-            self.saving_on_signal = False
-        if trainer.is_global_zero:
-            print(
-                f"steadytrain: {name} received; saved {path} at epoch {self.progress.epoch}, "
-                f"step {self.progress.global_step}.",
-                flush=True,
-            )
-        if name == "SIGINT":
-            raise KeyboardInterrupt
-        raise SystemExit(0)
 
     # ---- what a checkpoint records of the data position -------------------------------------------------
     def data_state(self) -> dict[str, Any]:
