@@ -40,6 +40,13 @@ def probe_module(base: type) -> Any:
             self.seen.append(("val", fingerprint()))
             torch.rand(2)  # a validation that draws, as random augmentation would
 
+        def on_train_start(self) -> None:
+            self.seen.append(("train_start", fingerprint()))
+            torch.rand(1)  # a hook that draws: epoch 0's iter() must already have drawn, as in Lightning
+
+        def on_train_epoch_start(self) -> None:
+            self.seen.append(("epoch_start", fingerprint()))
+
         def on_train_epoch_end(self) -> None:
             self.seen.append(("epoch_end", fingerprint()))
 

@@ -9,13 +9,16 @@ the epoch and its index. Several ranks split one device's shuffle, interleaved l
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
+import trainer
 from tests.helpers import REPO_ROOT, run_python
-from tests.models import NoisyDataset, assert_bitwise_equal, regression_data
+from tests.models import NoisyDataset, Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
 from trainer.data.position import ReshardedBatches
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.shuffle import SharedShuffle
@@ -135,3 +138,33 @@ def test_the_issues_table_random_data_agrees_with_one_device_and_workers(
 def test_one_device_without_workers_draws_from_the_default_generator(runs: Callable[..., list[torch.Tensor]]) -> None:
     """As Lightning and a hand-written loop: other augmentations than per-sample seeds give, by design."""
     assert max_diff(runs(1, 2), runs(1, 0)) > 1e-3
+
+
+class SaveAt(trainer.Callback):
+    """Saves a checkpoint in ``hook`` of epoch 0 (after epoch 0's iterator exists, before its first batch)."""
+
+    def __init__(self, hook: str, path: Path) -> None:
+        self.path = path
+        setattr(self, hook, self._save)
+
+    def _save(self, fit: trainer.Trainer, module: Any) -> None:
+        torch.rand(1)  # the hook draws before the save: a resume continues after this draw
+        if fit.current_epoch == 0 and not self.path.exists():
+            fit.save_checkpoint(self.path)
+
+
+@pytest.mark.parametrize("hook", ["on_train_start"])
+def test_a_checkpoint_taken_before_the_first_batch_resumes_exactly(tmp_path: Path, hook: str) -> None:
+    """Epoch 0's iterator is created before ``on_train_start`` (Lightning's point): a checkpoint taken
+    between then and the first batch must not draw its base seed twice."""
+    data = NoisyDataset(regression_data(32))
+    ckpt = tmp_path / "early.ckpt"
+    results = []
+    for path in (None, ckpt):
+        torch.manual_seed(3)
+        module = Regressor(dropout=0.3)
+        fit = quiet(tmp_path, max_epochs=2, callbacks=[SaveAt(hook, ckpt)])
+        fit.fit(module, loader(data, shuffle=True), ckpt_path=path)
+        results.append(params(module))
+    assert ckpt.is_file()
+    assert_bitwise_equal(results[0], results[1])

@@ -56,6 +56,8 @@ class TrainSource:
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
         self._pending: tuple[Any, list[Any]] | None = None  # requested, not placed yet
+        self._first: tuple[Iterable[Any], Iterator[Any]] | None = None  # epoch 0's, started before on_train_start
+        self.resume_started = False  # the checkpoint's epoch had its iterator, not a batch yet
 
     # ---- set-up --------------------------------------------------------------------------------------
     def setup(self, module: Any, train: Any, val: Any, datamodule: Any) -> None:
@@ -205,10 +207,25 @@ class TrainSource:
         )
 
     # ---- an epoch's batches --------------------------------------------------------------------------
+    def start_first_epoch(self) -> None:
+        """Epoch 0's iterator, created where Lightning creates it: after the sanity check, before
+        ``on_train_start`` (its ``iter()`` draws the DataLoader's base seed from the default generator)."""
+        if self.progress.epoch == 0 and self.progress.batches_done == 0 and self._first is None:
+            loader = self.epoch_loader(0, 0, [])
+            self._first = (loader, self.batches(loader, 0, 0))
+
     def epoch_loader(self, epoch: int, skip: int, val_loaders_now: list[Any]) -> Iterable[Any]:
         """The loader of ``epoch`` (requested again when due), its order's RNG captured (a new epoch)
         or put back (a resume from batch ``skip``)."""
         assert self.loader is not None
+        if self._first is not None and epoch == 0 and skip == 0:
+            return self._first[0]
+        if self.resume_started and skip == 0:  # as then: iter() from the epoch's RNG, hooks from the checkpoint's
+            restore_epoch_rng(self.loader, self.epoch_rng)
+            set_epoch(self.loader, epoch)
+            self._first, self.resume_started = (self.loader, start_iterator(self.loader)), False
+            self._resume_rng_now()
+            return self.loader
         if skip == 0:
             self._resume_rng_now()
             if self._reload_due(epoch):
@@ -226,6 +243,9 @@ class TrainSource:
     def batches(self, loader: Iterable[Any], epoch: int, skip: int) -> Iterator[Any]:
         """The epoch's batches from batch ``skip``; a resume skips the finished ones at the index level,
         then continues the checkpoint's RNG stream."""
+        if self._first is not None and epoch == 0 and skip == 0 and loader is self._first[0]:
+            iterator, self._first = self._first[1], None
+            return iterator
         if not skip:
             return start_iterator(loader)
         reused = epoch > self.loader_epoch and bool(getattr(loader, "persistent_workers", False))
@@ -249,7 +269,7 @@ class TrainSource:
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's RNG and the RNGs that ordered its epoch and requested its loaders."""
-        state = {"rng": rng_state(), "epoch_rng": self.epoch_rng}
+        state = {"rng": rng_state(), "epoch_rng": self.epoch_rng, "epoch_started": self._first is not None}
         return state if self.loader_rng is None else {**state, "loader_rng": self.loader_rng}
 
     def load_rank_state(self, mine: dict[str, Any], first: dict[str, Any], same_world: bool) -> None:
@@ -258,6 +278,8 @@ class TrainSource:
         self.resume_rng = mine["rng"]
         self.epoch_rng = mine["epoch_rng"] if same_world else first["epoch_rng"]
         self.saved_loader_rng = mine.get("loader_rng")
+        started = bool(mine.get("epoch_started", False)) and not self.progress.batches_done
+        self.resume_started = started and same_world  # its iterator is made again from epoch_rng
 
 
 def _agree(strategy: Strategy, value: int) -> int:

@@ -77,6 +77,7 @@ class FitLoop:
             self._restore_optimizers()
             if not self.resumed:
                 self.validation.sanity_check()
+                self.data.start_first_epoch()
             hooks.call(trainer, "on_train_start")
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
             with catch_stop_signals(self.stop.names(), self.stop.on_signal), anomaly:
