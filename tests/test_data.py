@@ -141,6 +141,10 @@ def test_train_loader_keeps_settings_and_detects_shuffle() -> None:
         assert new is not loader and new.dataset is loader.dataset
         assert all(getattr(new, k) == v for k, v in kwargs.items())
         sampler = new.sampler
+        if shuffle:  # the user's RandomSampler (its generator is the loader's), split as DistributedSampler splits
+            assert isinstance(sampler, DistributedSamplerWrapper) and sampler.sampler is loader.sampler
+            assert (sampler.num_replicas, sampler.rank) == (2, 1)
+            continue
         assert isinstance(sampler, DistributedSampler)
         assert (sampler.shuffle, sampler.num_replicas, sampler.rank, sampler.seed) == (shuffle, 2, 1, 5)
         assert not sampler.drop_last
@@ -159,16 +163,22 @@ def test_one_replica_opt_out_and_iterable_are_unchanged() -> None:
 @pytest.mark.parametrize(("n", "shuffle"), [(20, False), (20, True), (21, True)])
 def test_rank_shares_are_disjoint_and_complete(n: int, shuffle: bool) -> None:
     loader = DataLoader(CountingDataset(n), batch_size=4, shuffle=shuffle)
-    shares = [indices(prepare_train_loader(loader, 2, r)) for r in (0, 1)]
+    shares = []
+    for r in (0, 1):  # ranks seeded alike draw the same shuffle seed
+        torch.manual_seed(0)
+        shares.append(indices(prepare_train_loader(loader, 2, r)))
     assert len(shares[0]) == len(shares[1]) == math.ceil(n / 2)
     if n % 2 == 0:
         assert not set(shares[0]) & set(shares[1])
     assert set(shares[0]) | set(shares[1]) == set(range(n))
 
 
-def test_set_epoch_reshuffles_and_ranks_agree() -> None:
+def test_each_epoch_reshuffles_and_ranks_agree_on_rank_zeros_draw() -> None:
+    """The ranks' streams differ here (iterated one after the other): ``agree`` gives both rank 0's seed."""
     loader = DataLoader(CountingDataset(40), batch_size=5, shuffle=True)
-    ranks = [prepare_train_loader(loader, 2, r, seed=3) for r in (0, 1)]
+    drawn: dict[int, int] = {}
+    epoch = 0
+    ranks = [prepare_train_loader(loader, 2, r, seed=3, agree=lambda v: drawn.setdefault(epoch, v)) for r in (0, 1)]
     orders = []
     for epoch in (0, 1):
         for rank_loader in ranks:
@@ -319,7 +329,7 @@ def test_skip_batches_resumes_random_augmentation_bitwise(batch_size: int | None
 
 
 def test_skip_loader_forwards_set_epoch() -> None:
-    loader = prepare_train_loader(DataLoader(CountingDataset(10), batch_size=2, shuffle=True), 2, 0)
+    loader = prepare_train_loader(DataLoader(CountingDataset(10), batch_size=2), 2, 0)
     set_epoch(skip_batches(loader, 1), 5)
     assert loader.sampler.epoch == 5  # type: ignore[attr-defined]
 

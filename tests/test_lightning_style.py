@@ -233,6 +233,8 @@ def check_accumulation_device_stats(out: str, cwd: Path, world: int) -> None:
         f"'DeviceStatsMonitor.{h}/{k}'" for h in hooks for k in ("cpu_percent", "cpu_swap_percent", "cpu_vm_percent")
     ]
     assert f"device_stats=[{', '.join(stats)}]" in out
+
+
 def _bar_lines(out: str, world: int) -> None:
     batches, val = -(-100 // world // 4), 24 // world // 4
     for epoch in range(2):  # a log file gets each epoch's end at 100%, with only the prog_bar values

@@ -78,9 +78,10 @@ class Counting(Regressor):
         super().validation_step(batch, batch_idx)
 
 
-def test_sanity_check_and_validation_do_not_change_training(tmp_path: Path) -> None:
-    """Dropout, shuffled training and validation data, and a validation step that draws random numbers: with or
-    without the sanity check, and validating every epoch, training is still exactly the hand-written loop's."""
+def test_sanity_check_is_isolated_and_validation_draws_as_in_a_hand_written_loop(tmp_path: Path) -> None:
+    """Dropout, shuffled training and validation data, and a validation step that draws random numbers. As in
+    Lightning, the sanity check leaves the default generator as it found it, and each validation draws from it
+    as a hand-written loop that validates after every epoch does: iter() of its loader, then the step's draws."""
     ds = regression_data(32)
     results = []
     for sanity in (0, 2):
@@ -92,9 +93,21 @@ def test_sanity_check_and_validation_do_not_change_training(tmp_path: Path) -> N
         results.append(params(module))
     torch.manual_seed(5)
     reference = Regressor(dropout=0.3)
-    hand_written(reference, loader(ds, shuffle=True), epochs=2)
+    optimizer = reference.configure_optimizers()
+    for _ in range(2):
+        reference.train()
+        for x, y in loader(ds, shuffle=True):
+            torch.nn.functional.mse_loss(reference.net(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        for _batch in loader(ds, shuffle=True):
+            torch.rand(3)
     assert_bitwise_equal(results[0], results[1])
     assert_bitwise_equal(results[0], params(reference))
+    torch.manual_seed(5)
+    unvalidated = Regressor(dropout=0.3)
+    hand_written(unvalidated, loader(ds, shuffle=True), epochs=2)
+    assert not torch.equal(params(unvalidated)[0], results[0][0])  # the validation's draws did count
 
 
 @pytest.mark.parametrize(("max_steps", "accumulate", "epoch"), [(3, 1, 0), (6, 1, 1), (6, 2, 1)])

@@ -144,7 +144,7 @@ def test_a_failed_fit_marks_the_run_failed_with_what_it_logged(save_dir: Path) -
         trainer.fit(Breaks(), loaders()[0])
     mlflow = client(save_dir)
     assert mlflow.get_run(logger.run_id).info.status == "FAILED"
-    assert [step for step, _ in history(mlflow, logger.run_id, "train_loss")] == [1, 3]  # Lightning's steps; 3: flushed at the end
+    assert [step for step, _ in history(mlflow, logger.run_id, "train_loss")] == [1, 3]  # 3: flushed at the end
 
 
 def test_interrupted_is_killed_and_logging_again_reopens_the_run(save_dir: Path) -> None:

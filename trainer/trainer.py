@@ -135,7 +135,7 @@ class Trainer:
                 would skip or repeat samples: "raise" (default), or "restart_epoch" from its first batch.
             use_distributed_sampler: shard training data with a DistributedSampler under DDP.
             compile: apply torch.compile to the module (checkpoints stay portable).
-            seed: seed of the DistributedSampler's shuffle.
+            seed: kept for checkpoints' data layout; shuffles follow ``seed_everything`` (a non-zero value warns).
             requeue_signal: extra signal that saves and exits like SIGTERM (SLURM requeue), or None.
             collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
                 fails naming it (default 600: long enough for rank 0 to write a large checkpoint).

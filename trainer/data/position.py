@@ -8,17 +8,19 @@ silently skipping or repeating samples.
 
 One change keeps the position meaningful: the number of ranks, when the global batch stays the
 same (2 ranks x 16 -> 1 x 32). The rest of the interrupted epoch then sees exactly the samples the
-uninterrupted run would have: ``reshard`` rebuilds the old layout's batches (the old ranks'
-samplers, in rank order) and gives each new rank its slice of every global batch.
+uninterrupted run would have: ``reshard`` rebuilds the old layout's global batches (the old ranks'
+batches interleaved back into one device's order) and gives new rank r items r, r+W, ... of each,
+as a distributed sampler would.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
 from trainer.data.loaders import rebuild_settings, sized
 
@@ -83,39 +85,40 @@ def describe(changed: dict[str, tuple[Any, Any]]) -> str:
 
 
 class ReshardedBatches(Sampler[list[int]]):
-    """The global batches of the old layout (each old rank's batch, in rank order), each split into
-    this rank's slice for the new number of ranks."""
+    """The global batches of the old layout, each strided into this rank's share for the new number of ranks.
 
-    def __init__(self, old_ranks: list[Iterable[list[int]]], world_size: int, rank: int) -> None:
-        self.old_ranks, self.world_size, self.rank = old_ranks, world_size, rank
+    The old ranks split one device's order (``sampler``'s, drawn once per epoch) as a distributed
+    sampler does: padded to a multiple of their number, old rank r took items r, r+W, ... and batched
+    them; a global batch is their batches interleaved back.
+    """
+
+    def __init__(self, sampler: Iterable[int], old: Layout, world_size: int, rank: int) -> None:
+        self.sampler, self.world_size, self.rank = sampler, world_size, rank
+        self.old_world, self.old_batch, self.drop_last = old["world_size"], old["batch_size"], bool(old["drop_last"])
 
     def __iter__(self) -> Iterator[list[int]]:
-        for parts in zip(*self.old_ranks):
-            whole = [i for part in parts for i in part]
-            size = math.ceil(len(whole) / self.world_size)
-            yield whole[self.rank * size : (self.rank + 1) * size]
+        order = list(self.sampler)
+        total = math.ceil(len(order) / self.old_world) * self.old_world
+        padded = order + (order * math.ceil((total - len(order)) / max(len(order), 1)))[: total - len(order)]
+        old_ranks = [
+            BatchSampler(padded[r :: self.old_world], self.old_batch, self.drop_last) for r in range(self.old_world)
+        ]
+        for parts in zip(*old_ranks):
+            whole = [i for column in itertools.zip_longest(*parts) for i in column if i is not None]
+            yield whole[self.rank :: self.world_size]
 
     def __len__(self) -> int:
-        return min(len(sized(r)) for r in self.old_ranks)
+        share = math.ceil(len(sized(self.sampler)) / self.old_world)
+        return share // self.old_batch if self.drop_last else math.ceil(share / self.old_batch)
 
 
-def reshard(loader: DataLoader, saved: Layout, world_size: int, rank: int, epoch: int) -> DataLoader:
+def reshard(loader: DataLoader, saved: Layout, world_size: int, rank: int) -> DataLoader:
     """``loader`` laid out as it was under ``saved`` (its number of ranks), sliced for this rank.
 
-    Iterate it with the checkpoint's epoch RNG in place: a single old rank shuffled with the
-    user's sampler, which draws from that RNG; several drew from (seed, epoch).
+    Iterate it with the checkpoint's epoch RNG in place: the old ranks' order was one device's (the
+    user's sampler; a shuffle draws its seed from that RNG).
     """
-    old_world, old_batch = saved["world_size"], saved["batch_size"]
     bs = loader.batch_sampler
     assert type(bs) is BatchSampler
-    if old_world == 1:
-        old: list[Iterable[list[int]]] = [BatchSampler(bs.sampler, old_batch, bs.drop_last)]
-    else:
-        old = []
-        for r in range(old_world):
-            sampler: DistributedSampler[Any] = DistributedSampler(
-                loader.dataset, old_world, r, shuffle=saved["sampler"] == "random", seed=saved["seed"]
-            )
-            sampler.set_epoch(epoch)
-            old.append(BatchSampler(sampler, old_batch, bs.drop_last))
-    return DataLoader(loader.dataset, batch_sampler=ReshardedBatches(old, world_size, rank), **rebuild_settings(loader))
+    batches = ReshardedBatches(bs.sampler, saved, world_size, rank)
+    return DataLoader(loader.dataset, batch_sampler=batches, **rebuild_settings(loader))

@@ -1,4 +1,9 @@
-"""Random augmentation in DataLoader workers that a resume reproduces: every sample has its own seed.
+"""Random augmentation in workers or on several ranks: every sample has its own seed.
+
+The rule users hold: one device without workers draws exactly as a hand-written loop (and
+Lightning) does, from the default generator. As soon as samples are drawn in workers or on
+several ranks, a sample's draws depend only on the data seed, the epoch and its index, so
+1 x 32 with workers, 2 x 16 with or without workers, and a resume from one to the other agree.
 
 PyTorch seeds worker ``w`` once with ``base_seed + w``; a sample then draws from wherever that
 worker's stream happens to be, which depends on which worker got which batch and on every sample
@@ -9,8 +14,10 @@ a sample draws then depends on that sample alone: not on the number of workers, 
 on persistent workers, on the number of ranks, or on where a run was resumed.
 
 The sampler yields ``SampleKey(epoch, index)`` instead of ``index`` and ``SeededDataset`` seeds
-from the key, then calls the user's ``dataset[index]``; the main process never reseeds anything.
-Cost: about 10 microseconds per sample, in the workers (``benchmarks/sample_seeds.py``).
+from the key, then calls the user's ``dataset[index]``. Without workers (several ranks) it runs in
+the main process and puts the generators back after each batch: the model's own draws (dropout)
+are untouched by data loading. Cost: about 10 microseconds per sample (``benchmarks/sample_seeds.py``);
+none for a ``TensorDataset``, which draws nothing.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
 from trainer.data.loaders import call_set_epoch, rebuild_settings, sized
+from trainer.seed import rng_state, set_rng_state
 
 _MASK64 = (1 << 64) - 1
 
@@ -83,35 +91,46 @@ class SeededDataset(Dataset[Any]):
     Other attributes are the user's dataset's, so code reading ``loader.dataset.classes`` still works.
     """
 
-    def __init__(self, dataset: Dataset[Any], data_seed: int) -> None:
-        self.dataset, self.data_seed = dataset, data_seed
+    def __init__(self, dataset: Dataset[Any], data_seed: int, restore: bool = False) -> None:
+        self.dataset, self.data_seed, self.restore = dataset, data_seed, restore
 
     def __getitem__(self, key: SampleKey) -> Any:
-        seed_this_sample(self.data_seed, key.epoch, key.index)
-        return self.dataset[key.index]
+        return self.__getitems__([key])[0]
 
     def __getitems__(self, keys: list[SampleKey]) -> list[Any]:
-        return [self[key] for key in keys]  # per sample, even where the user batches the fetch
+        if not self.restore:
+            return [self._get(key) for key in keys]  # per sample, even where the user batches the fetch
+        state = rng_state()
+        try:
+            return [self._get(key) for key in keys]
+        finally:
+            set_rng_state(state)
+
+    def _get(self, key: SampleKey) -> Any:
+        seed_this_sample(self.data_seed, key.epoch, key.index)
+        return self.dataset[key.index]
 
     def __len__(self) -> int:
         return len(sized(self.dataset))
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("dataset", "data_seed") or name.startswith("__"):
+        if name in ("dataset", "data_seed", "restore") or name.startswith("__"):
             raise AttributeError(name)  # not set yet (unpickling) or a protocol lookup
         return getattr(self.dataset, name)
 
 
-def seed_samples(loader: Iterable[Any], data_seed: int) -> Iterable[Any]:
-    """``loader`` rebuilt so each sample draws from its own seed, where that is needed.
+def seed_samples(loader: Iterable[Any], data_seed: int, several_ranks: bool = False) -> Iterable[Any]:
+    """``loader`` rebuilt so each sample draws from its own seed, in workers or on several ranks.
 
-    Only a DataLoader with workers over a map-style dataset changes: without workers the samples
-    draw from the main process's RNG, which checkpoints restore exactly; an iterable dataset
-    has no index to seed from.
+    One device without workers keeps the user's loader: its samples draw from the main process's
+    RNG as in a hand-written loop, and checkpoints restore that RNG exactly. An iterable dataset
+    has no index to seed from; a ``TensorDataset`` draws nothing.
     """
-    if not isinstance(loader, DataLoader) or loader.num_workers == 0 or isinstance(loader.dataset, IterableDataset):
+    if not isinstance(loader, DataLoader) or (loader.num_workers == 0 and not several_ranks):
         return loader
-    dataset = SeededDataset(loader.dataset, data_seed)
+    if isinstance(loader.dataset, IterableDataset | TensorDataset):
+        return loader
+    dataset = SeededDataset(loader.dataset, data_seed, restore=loader.num_workers == 0)
     settings = rebuild_settings(loader)
     bs = loader.batch_sampler
     if bs is None:

@@ -1,5 +1,10 @@
-"""Each rank's share of a loader: a DistributedSampler built (never patched) keeping every
-setting; evaluation shards unpadded, so metrics count every sample exactly once."""
+"""Each rank's share of a loader: a distributed sampler built (never patched) keeping every
+setting; evaluation shards unpadded, so metrics count every sample exactly once.
+
+Training shares interleave as ``DistributedSampler``'s do (rank r takes items r, r+W, ...) of the
+order one device would see: a ``SequentialSampler``'s, or a ``RandomSampler``'s drawn as on one
+device (``trainer.data.shuffle``), so each global batch holds one device's batch.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, overload
 
-import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -21,6 +25,7 @@ from torch.utils.data import (
 )
 
 from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
+from trainer.data.shuffle import Agree, SharedShuffle
 
 
 class DistributedSamplerWrapper(Sampler[int]):
@@ -97,13 +102,25 @@ def _check_room(n: int, num_replicas: int, batch_size: int | None, drop_last: bo
             )
 
 
-def _train_sampler(sampler: Iterable[Any], loader: DataLoader, num_replicas: int, rank: int, seed: int) -> Sampler[Any]:
+def _train_sampler(
+    sampler: Iterable[Any], loader: DataLoader, num_replicas: int, rank: int, seed: int, agree: Agree | None
+) -> Sampler[Any]:
     dataset = loader.dataset
     if type(sampler) is SequentialSampler:
         return DistributedSampler(dataset, num_replicas, rank, shuffle=False, seed=seed)
-    if type(sampler) is RandomSampler and not sampler.replacement and sampler.num_samples == len(dataset):  # type: ignore[arg-type]
-        return DistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=seed)
+    if is_plain_shuffle(sampler, dataset):
+        return DistributedSamplerWrapper(SharedShuffle(dataset, agree), num_replicas, rank)  # type: ignore[arg-type]
     return DistributedSamplerWrapper(sampler, num_replicas, rank)
+
+
+def is_plain_shuffle(sampler: Iterable[Any], dataset: Any) -> bool:
+    """``shuffle=True``'s sampler: a permutation per epoch drawn from the default generator."""
+    return (
+        type(sampler) is RandomSampler
+        and sampler.generator is None
+        and not sampler.replacement
+        and sampler.num_samples == len(dataset)
+    )
 
 
 def _needs_shard(loader: DataLoader, sampler: Iterable[Any], num_replicas: int) -> bool:
@@ -129,18 +146,36 @@ def check_shardable(loader: Iterable[Any], num_replicas: int, use_distributed_sa
 
 @overload
 def prepare_train_loader(
-    loader: DataLoader, num_replicas: int, rank: int, seed: int = ..., use_distributed_sampler: bool = ...
+    loader: DataLoader,
+    num_replicas: int,
+    rank: int,
+    seed: int = ...,
+    use_distributed_sampler: bool = ...,
+    agree: Agree | None = ...,
 ) -> DataLoader: ...
 @overload
 def prepare_train_loader(
-    loader: Iterable[Any], num_replicas: int, rank: int, seed: int = ..., use_distributed_sampler: bool = ...
+    loader: Iterable[Any],
+    num_replicas: int,
+    rank: int,
+    seed: int = ...,
+    use_distributed_sampler: bool = ...,
+    agree: Agree | None = ...,
 ) -> Iterable[Any]: ...
 def prepare_train_loader(
-    loader: Iterable[Any], num_replicas: int, rank: int, seed: int = 0, use_distributed_sampler: bool = True
+    loader: Iterable[Any],
+    num_replicas: int,
+    rank: int,
+    seed: int = 0,
+    use_distributed_sampler: bool = True,
+    agree: Agree | None = None,
 ) -> Iterable[Any]:
     """Shard a training loader across ranks; one rank (or opting out) keeps the user's loader.
 
     A plain iterable is always kept as it is, and refused on several ranks unless opted out.
+    ``agree`` gives every rank rank 0's value (a broadcast): the shuffle seed each rank draws.
+    The rebuilt loader draws its base seed from the default generator, as the user's does (its
+    workers' seeds do not matter: each sample draws from its own seed, ``sample_seeds``).
     """
     if not isinstance(loader, DataLoader):
         check_shardable(loader, num_replicas, use_distributed_sampler, "training")
@@ -155,13 +190,8 @@ def prepare_train_loader(
             f"{num_replicas} ranks; set use_distributed_sampler=False and shard it yourself"
         )
     _check_room(len(sized(sampler)), num_replicas, batch_size, drop_last, padded=True)
-    new = _train_sampler(sampler, loader, num_replicas, rank, seed)
-    rebuilt = _rebuild(loader, new, batch_size, drop_last)
-    if loader.generator is None:
-        # Ranks seeded alike would give their workers identical seeds (the DataLoader draws
-        # base_seed from the global RNG): a per-rank generator keeps augmentations independent.
-        rebuilt.generator = torch.Generator().manual_seed(_draw_seed() + rank)
-    return rebuilt
+    new = _train_sampler(sampler, loader, num_replicas, rank, seed, agree)
+    return _rebuild(loader, new, batch_size, drop_last)
 
 
 def unshuffled(loader: Iterable[Any]) -> Iterable[Any]:
@@ -177,10 +207,6 @@ def unshuffled(loader: Iterable[Any]) -> Iterable[Any]:
         stacklevel=4,
     )
     return _rebuild(loader, SequentialSampler(loader.dataset), batch_size, drop_last)  # type: ignore[arg-type]
-
-
-def _draw_seed() -> int:
-    return int(torch.empty((), dtype=torch.int64).random_(2**62).item())
 
 
 @overload

@@ -1,4 +1,9 @@
-"""Validation, test and prediction: every sample once across ranks, without shifting training's RNG.
+"""Validation, test and prediction: every sample once across ranks, drawing from the RNG as Lightning does.
+
+The first loader's iterator is created before ``on_<stage>_start`` (Lightning's point: its ``iter()``
+draws the DataLoader's base seed from the default generator), and the draws stay: a validation during
+``fit`` moves the training's stream on as it does under Lightning. Only the sanity check is isolated
+(``FitLoop``), as Lightning's is.
 
 Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 ``on_<stage>_epoch_start``, per batch the transfer hooks, ``on_<stage>_batch_start``, the step and
@@ -10,7 +15,7 @@ Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -18,7 +23,6 @@ import torch
 import trainer.data as data
 import trainer.loops.hooks as hooks
 from trainer.loops.batches import step_with_index, transfer
-from trainer.seed import rng_state, set_rng_state
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
@@ -56,21 +60,18 @@ class EvaluationLoop:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         previous = trainer.metric_log.start(stage, len(self.loaders))
+        first = start_iterator(self.loaders[0]) if self.loaders else None
         getattr(module, f"on_{stage}_model_eval")()
         hooks.call(trainer, f"on_{stage}_start")
         hooks.call(trainer, f"on_{stage}_epoch_start")
-        # Evaluation must not shift training's random streams (iter() of a loader draws a seed): then
-        # validating more or less often never changes what training computes.
-        rng = rng_state()
         self.predictions = [[] for _ in self.loaders]
         try:
             with _no_grad(trainer.inference_mode and trainer.strategy.supports_inference_mode):
                 for idx, loader in enumerate(self.loaders):
                     total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
-                    self._run_loader(idx, loader, total, keep_predictions)
+                    self._run_loader(idx, loader, total, keep_predictions, first if idx == 0 else None)
         finally:
             trainer.metric_log.results.dataloader_idx = None  # what on_<stage>_epoch_end logs is every loader's
-            set_rng_state(rng)
         hooks.call(trainer, f"on_{stage}_epoch_end")
         results = trainer.metric_log.results
         metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.fit_loop.logger_step(), publish=publish)
@@ -82,7 +83,9 @@ class EvaluationLoop:
         trainer.metric_log.resume(previous)
         return results.per_loader(metrics)
 
-    def _run_loader(self, idx: int, loader: Iterable[Any], total: int | float, keep: bool) -> None:
+    def _run_loader(
+        self, idx: int, loader: Iterable[Any], total: int | float, keep: bool, started: Iterator[Any] | None
+    ) -> None:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         results = trainer.metric_log.results
@@ -92,7 +95,7 @@ class EvaluationLoop:
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
-        batches: Iterable[Any] = start_iterator(loader)
+        batches: Iterable[Any] = start_iterator(loader) if started is None else started
         if trainer.profiler is not None:  # Lightning's action names
             step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
             to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)

@@ -21,27 +21,23 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-import trainer.data as data
-import trainer.data.position as position
 import trainer.loops.hooks as hooks
-from trainer.data.resolve import LoaderSource
-from trainer.loops.batches import transfer
+from trainer.data.train_source import TrainSource
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders, warn_logging_gap
+from trainer.loops.epoch_parts import BatchCalls, StopVotes, batch_end_outputs, logged_hparams
 from trainer.loops.evaluation import EvaluationLoop
+from trainer.loops.fit_validation import FitValidation
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
+from trainer.loops.stop_signal import StopSignal
 from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
-from trainer.seed import rng_state, set_rng_state
-from trainer.signals import catch_stop_signals, start_iterator
+from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
     from trainer.checkpoint.restore import Restore
     from trainer.module import Module
-    from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
-
-SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
 
 
 class FitLoop:
@@ -52,30 +48,26 @@ class FitLoop:
         self.progress = Progress()
         self.optimization: Optimization | None = None
         self.step: AutomaticStep | ManualStep | None = None
-        self.val_loop = EvaluationLoop(trainer, "validation")
-        self.train_dataloader: Iterable[Any] | None = None
-        self.source: LoaderSource | None = None  # where the loaders come from, to request them again
-        self.raw_train: Any = None  # the training loader as given, before sharding
-        self.loader_epoch = 0  # the epoch whose start requested the current loaders
-        self.loader_rng: dict[str, Any] | None = None  # the RNG that request started from (0: none)
-        self.saved_loader_rng: dict[str, Any] | None = None
-        self.num_training_batches: int | float = math.inf
-        self.val_check_batch: int | float = math.inf
-        self.signal_received: str | None = None
-        self.saving_on_signal = False  # a second Ctrl-C waits until interrupted.ckpt is complete
+        self.validation = FitValidation(trainer, self.progress, self._can_stop)
+        self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
+        self.stop = StopSignal(trainer)
         self.resumed = False
         self._restore: Restore | None = None  # read; its training phase (optimizer states) not loaded yet
         self.loader_restarts = False  # resuming a Lightning mid-epoch checkpoint: the loader starts over, as there
         self.is_last_batch = False  # the batch being trained is the epoch's last
         self.open_batch = False  # a batch stepped and its validation / plateau schedulers have not run yet
-        # The data position and what decides it (a checkpoint records them; see data_state/rank_state).
-        self.data_seed = 0
-        self.layout: dict[str, Any] = {}  # what the position in an epoch depends on (data.position)
-        self.saved_layout: dict[str, Any] | None = None  # the resumed checkpoint's
-        self.resumed_from: Path | None = None
-        self.resharded: Iterable[Any] | None = None  # the interrupted epoch's rest, on another number of ranks
-        self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
-        self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
+
+    @property
+    def train_dataloader(self) -> Iterable[Any] | None:
+        return self.data.loader
+
+    @property
+    def num_training_batches(self) -> int | float:
+        return self.data.num_batches
+
+    @property
+    def val_loop(self) -> EvaluationLoop:
+        return self.validation.loop
 
     # ---- set-up --------------------------------------------------------------------------------------
     def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
@@ -87,15 +79,16 @@ class FitLoop:
             hooks.call(trainer, "on_fit_start")
             self._restore_optimizers()
             if not self.resumed:
-                self._sanity_check()
+                self.validation.sanity_check()
+                self.data.start_first_epoch()
             hooks.call(trainer, "on_train_start")
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
-            with catch_stop_signals(self._stop_signal_names(), self._on_stop_signal), anomaly:
+            with catch_stop_signals(self.stop.names(), self.stop.on_signal), anomaly:
                 self._run_epochs()
                 assert self.step is not None
                 self.step.check_nonfinite()  # fit's end: a deferred non-finite loss surfaces here at the latest
-                if self.signal_received is not None:
-                    self._save_and_exit()
+                if self.stop.received is not None:
+                    self.stop.save_and_exit(self.progress)
             hooks.call(trainer, "on_train_end")
             hooks.call(trainer, "on_fit_end")
 
@@ -103,15 +96,10 @@ class FitLoop:
         self.progress = Progress()
         self._restore = None
         self.loader_restarts = False
-        self.train_dataloader = None
-        self.loader_epoch = 0
-        self.loader_rng = self.saved_loader_rng = None
-        self.signal_received = None
+        self.validation = FitValidation(self.trainer, self.progress, self._can_stop)
+        self.data = TrainSource(self.trainer, self.progress, self._use_val_loaders)
+        self.stop = StopSignal(self.trainer)
         self.resumed = False
-        self.saved_layout = None
-        self.resharded = None
-        self.epoch_rng = {}
-        self.resume_rng = None
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
@@ -124,10 +112,7 @@ class FitLoop:
         if trainer.compile:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
-        self.source = LoaderSource(strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
-        self._check_reload_source()
-        train_loader, val_loaders = self._request()
-        self.raw_train = train_loader
+        self.data.setup(module, train, val, datamodule)
         check_output_folders(trainer)
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
@@ -144,15 +129,16 @@ class FitLoop:
             if module.automatic_optimization
             else (ManualStep(trainer))
         )
-        self.data_seed = int(strategy.broadcast(torch.initial_seed()))
+        self.data.draw_data_seed()
         if restore is not None:
             restore.load(Phase.LOOP)
             self._restore = restore  # optimizer states: after on_fit_start
             self.resumed = True
-            train_loader, val_loaders = self._loaders_of_resumed_epoch(train_loader, val_loaders)
-        self._prepare_data(train_loader, val_loaders)
+            self.data.resume()
+        self.data.place()
+        warn_logging_gap(trainer, self.num_training_batches)
         if trainer.is_global_zero:
-            params = {**_logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
+            params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
             for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
                 lg.log_hyperparams(params)
 
@@ -170,135 +156,26 @@ class FitLoop:
                     f"steadytrain: resumed from {restore.path} at epoch {progress.epoch}, step {progress.global_step}."
                 )
 
-    # ---- the loaders, requested again every n epochs (reload_dataloaders_every_n_epochs) ---------------
-    def _check_reload_source(self) -> None:
-        every, source = self.trainer.reload_dataloaders_every_n_epochs, self.source
-        assert source is not None
-        if every and source.given:
-            warnings.warn(
-                f"reload_dataloaders_every_n_epochs={every} does not change the {' and '.join(source.given)} "
-                "loader(s) passed to fit(): the same objects are used every epoch. Return them from the module's "
-                "or the DataModule's train_dataloader()/val_dataloader() to get new ones.",
-                stacklevel=4,
-            )
-
-    def _reload_due(self, epoch: int) -> bool:
-        every = self.trainer.reload_dataloaders_every_n_epochs
-        return bool(every) and epoch % every == 0 and epoch != self.loader_epoch
-
-    def _reload(self, epoch: int) -> None:
-        """New loaders at the start of ``epoch``; the RNG they started from goes into checkpoints."""
-        assert self.source is not None and self.train_dataloader is not None
-        self.loader_rng = rng_state()
-        train_loader, val_loaders = self._request()
-        data.shut_down_workers([self.train_dataloader, *self.val_loop.loaders])
-        self.loader_epoch = epoch
-        self._prepare_data(train_loader, val_loaders)
-
-    def _loaders_of_resumed_epoch(self, train_loader: Any, val_loaders: list[Any]) -> tuple[Any, list[Any]]:
-        """The loaders the resumed epoch ran on, when an earlier epoch's start requested them: requested
-        again as then (same ``current_epoch``, same RNG), so their order and contents are the same."""
-        every, progress = self.trainer.reload_dataloaders_every_n_epochs, self.progress
-        first = progress.epoch - progress.epoch % every if every else 0
-        if not first or (first == progress.epoch and not progress.batches_done):
-            return train_loader, val_loaders  # epoch 0's, or requested at this epoch's start (_epoch_loader)
-        assert self.source is not None
-        epoch, rng = progress.epoch, rng_state()
-        progress.epoch, self.loader_epoch, self.loader_rng = first, first, self.saved_loader_rng
-        try:
-            if self.loader_rng is not None:
-                set_rng_state(self.loader_rng)
-            return self._request()
-        finally:
-            progress.epoch = epoch
-            set_rng_state(rng)
-
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the whole fit will take (Lightning's rule), known from ``configure_optimizers`` on."""
         trainer = self.trainer
         no_step_limit = math.inf if trainer.max_steps == -1 else trainer.max_steps
         if trainer.max_epochs is None:
             return no_step_limit
-        if self.train_dataloader is not None:
-            batches = self.num_training_batches
-        elif self.raw_train is not None:
-            with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
-                batches = data.num_batches(self._sharded(self.raw_train), trainer.limits["train"])
-        else:
-            raise RuntimeError(
-                "estimated_stepping_batches needs the training loader: read it in configure_optimizers() or later "
-                "during fit()."
-            )
+        batches = self.data.batches_per_epoch()
         if math.isinf(batches):
             return no_step_limit
         steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs, 1)
         return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
 
-    def _request(self) -> tuple[Any, list[Any]]:
-        assert self.source is not None
-        train_loader, val_loaders = self.source.request()
-        return data.unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
-
-    def _sharded(self, train_loader: Any) -> Iterable[Any]:
-        trainer = self.trainer
-        return data.prepare_train_loader(
-            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler
-        )
-
-    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
-        trainer = self.trainer
-        self.raw_train = train_loader
-        prepared = self._sharded(train_loader)
-        self.train_dataloader = data.seed_samples(prepared, self.data_seed)
-        self.num_training_batches = data.num_batches(self.train_dataloader, trainer.limits["train"])
-        if self.num_training_batches == 0:
-            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
-        warn_logging_gap(trainer, self.num_training_batches)
-        self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_training_batches)
-        saved = self.saved_layout
-        if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
-            self._continue_position(train_loader)  # inside an epoch: the position depends on the data
-        self.val_loop.setup(val_loaders, trainer.limits["validation"])
-        self.val_check_batch = _val_check_batch(
-            trainer.val_check_interval, self.num_training_batches, trainer.check_val_every_n_epoch
-        )
-
-    def _continue_position(self, train_loader: Any) -> None:
-        """A mid-epoch checkpoint's position, in data laid out as now: exact, rebuilt on another number
-        of ranks, restarted (when asked), or refused naming what changed."""
-        trainer, progress, saved = self.trainer, self.progress, self.saved_layout
-        assert saved is not None
-        changed = position.changes(saved, self.layout)
-        if not changed:
-            if saved["world_size"] != trainer.world_size:  # same global batch: rebuild the old layout
-                self.resharded = position.reshard(
-                    train_loader, saved, trainer.world_size, trainer.global_rank, progress.epoch
-                )
-            return
-        what = position.describe(changed)
-        if trainer.on_data_change == "restart_epoch":
-            warnings.warn(
-                f"the training data changed since {self.resumed_from} ({what}): epoch {progress.epoch} restarts from "
-                f"its first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
-                stacklevel=2,
-            )
-            progress.batches_done = 0
-            self.epoch_rng = {}
-            return
-        raise ValueError(
-            f"{self.resumed_from} was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of "
-            f"its batches, but the training data changed since: {what}. That position would skip or repeat samples. "
-            "Resume from a checkpoint taken at an epoch's end, or pass Trainer(on_data_change='restart_epoch') to "
-            f"train epoch {progress.epoch} again from its first batch with the new data."
-        )
+    def _use_val_loaders(self, val_loaders: list[Any]) -> None:
+        """The (re)requested validation loaders, and how often they run in this data's epochs."""
+        self.validation.use(val_loaders, self.num_training_batches)
 
     # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
-        reloads = self._reload_due(progress.epoch) and not progress.batches_done
-        if self.resumed and not reloads and (progress.epoch > self.loader_epoch or progress.batches_done > 0):
-            assert self.train_dataloader is not None
-            data.start_persistent_workers(self.train_dataloader, start_iterator)
+        self.data.start_resumed_workers(self.resumed)
         while True:
             if 0 <= trainer.max_steps <= progress.global_step:
                 break
@@ -308,8 +185,8 @@ class FitLoop:
                 break
             completed = self._run_epoch()
             # A signal may have reached some ranks after their last agreement: decide together.
-            if trainer.strategy.reduce_boolean_decision(self.signal_received is not None):
-                self.signal_received = self.signal_received or "SIGTERM"
+            if trainer.strategy.reduce_boolean_decision(self.stop.received is not None):
+                self.stop.received = self.stop.received or "SIGTERM"
                 break
             self._end_epoch(completed)
             if not completed:  # max_steps or a stop mid-epoch: the position stays mid-epoch
@@ -324,23 +201,23 @@ class FitLoop:
         skip = progress.batches_done
         data_skip = 0 if self.loader_restarts else skip  # Lightning's resume reads its loader from the start
         self.loader_restarts = False
-        loader = self._epoch_loader(data_skip)
+        loader = self.data.epoch_loader(progress.epoch, data_skip, self.val_loop.loaders)
         trainer.lightning_module.train()
         trainer.metric_log.start("train")
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = _BatchCalls(trainer, self.step, self._may_follow_batches())
-        batches = self._batches(loader, data_skip)
+        calls = BatchCalls(trainer, self.step, self._may_follow_batches())
+        batches = self._timed(self.data.batches(loader, progress.epoch, data_skip))
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._finish_batch(skip - 1)
-        votes = _StopVotes(trainer.strategy) if trainer.world_size > 1 else None
+        votes = StopVotes(trainer.strategy) if trainer.world_size > 1 else None
         completed = self._batch_loop(calls, batches, skip, votes)
         if votes is not None:
             votes.finish()  # not on an exception: another rank may be gone, and the job ends anyway
         return completed
 
-    def _batch_loop(self, calls: _BatchCalls, batches: Iterator[Any], skip: int, votes: _StopVotes | None) -> bool:
+    def _batch_loop(self, calls: BatchCalls, batches: Iterator[Any], skip: int, votes: StopVotes | None) -> bool:
         progress, trainer = self.progress, self.trainer
         limit = self.num_training_batches
         train_batch = self._batch_runner(calls)
@@ -354,11 +231,11 @@ class FitLoop:
             if calls.followups:
                 self._finish_batch(batch_idx)
             self.open_batch = False
-            stop = self.signal_received is not None
+            stop = self.stop.received is not None
             if votes is not None:
                 stop = votes.after_batch(batch_idx, stop)
             if stop:
-                self.signal_received = self.signal_received or "SIGTERM"
+                self.stop.received = self.stop.received or "SIGTERM"
                 return False
             if progress.global_step >= calls.max_steps or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
@@ -371,33 +248,7 @@ class FitLoop:
             self._step_epoch_schedulers(plateau=False)
         return True
 
-    def _epoch_loader(self, skip: int) -> Iterable[Any]:
-        """The loader for this epoch, its order's RNG captured (a new epoch) or put back (a resume)."""
-        assert self.train_dataloader is not None
-        loader = self.train_dataloader
-        if skip == 0:
-            self._resume_rng_now()
-            if self._reload_due(self.progress.epoch):
-                self._reload(self.progress.epoch)
-                loader = self.train_dataloader
-            self.epoch_rng = data.capture_epoch_rng(loader)
-        if self.resharded is not None:  # the old layout, whose samplers drew from the epoch's global RNG
-            loader, self.resharded = self.resharded, None
-            torch.set_rng_state(self.epoch_rng["global"])
-        else:
-            data.restore_epoch_rng(loader, self.epoch_rng)  # no-op unless resuming mid-epoch
-        data.set_epoch(loader, self.progress.epoch)
-        return loader
-
-    def _batches(self, loader: Iterable[Any], skip: int) -> Iterator[Any]:
-        """The epoch's batches; a resume skips the finished ones at the index level, then continues the
-        checkpoint's RNG stream."""
-        if not skip:
-            iterator = start_iterator(loader)
-        else:
-            reused = self.progress.epoch > self.loader_epoch and bool(getattr(loader, "persistent_workers", False))
-            iterator = start_iterator(data.skip_batches(loader, skip, reused_workers=reused))
-            self._resume_rng_now()
+    def _timed(self, iterator: Iterator[Any]) -> Iterator[Any]:
         profiler = self.trainer.profiler
         return (
             iterator
@@ -405,7 +256,7 @@ class FitLoop:
             else profiler.timed_iter("[_TrainingEpochLoop].train_dataloader_next", iterator)
         )
 
-    def _batch_runner(self, calls: _BatchCalls) -> Callable[[Any, int], Any]:
+    def _batch_runner(self, calls: BatchCalls) -> Callable[[Any, int], Any]:
         """One training batch, as a closure over what it reads (built once per epoch: locals cost less
         than the attribute reads of a method, and this runs every batch)."""
         progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
@@ -438,7 +289,7 @@ class FitLoop:
                 if write or results.step_values:
                     metric_log.step_end(progress.epoch, counted - 1, write)  # Lightning's step: counted before it
             if batch_end:
-                outputs = _outputs(output, calls.step_loss())
+                outputs = batch_end_outputs(output, calls.step_loss())
                 for end_hook in batch_end:
                     end_hook(outputs, batch, batch_idx)
             if flush is not None and stepped != steps_before:
@@ -453,8 +304,10 @@ class FitLoop:
         progress = self.progress
         if progress.closed_at == progress.total_batches:
             return
-        if self._val_due(batch_idx) and progress.validated_at != progress.total_batches:
-            self._validate()
+        if self.validation.due(batch_idx) and progress.validated_at != progress.total_batches:
+            if self.step is not None:
+                self.step.check_nonfinite()  # a validation reads values on the host anyway
+            self.validation.run(zero_grad=not self._accumulating(progress.batches_done - 1))
         automatic = self.optimization is not None and self.trainer.lightning_module.automatic_optimization
         if automatic and not self._accumulating(batch_idx):
             assert self.optimization is not None
@@ -466,7 +319,7 @@ class FitLoop:
         plateau = self.optimization is not None and any(
             c.reduce_on_plateau and c.interval == "step" for c in self.optimization.lr_scheduler_configs
         )
-        return plateau or (bool(self.val_loop.loaders) and sum(self.val_loop.num_batches) > 0)
+        return plateau or self.validation.may_run()
 
     def _accumulating(self, batch_idx: int) -> bool:
         accumulate = self.trainer.accumulate_grad_batches
@@ -508,105 +361,20 @@ class FitLoop:
         if self.optimization is not None and self.trainer.lightning_module.automatic_optimization:
             self.optimization.step_schedulers("epoch", self.progress.epoch, plateau)
 
-    # ---- validation --------------------------------------------------------------------------------
-    def _val_due(self, batch_idx: int) -> bool:
-        """Lightning's rule for a validation after training batch ``batch_idx``."""
-        trainer = self.trainer
-        if not self.val_loop.loaders or sum(self.val_loop.num_batches) == 0:
-            return False
-        every = trainer.check_val_every_n_epoch
-        if every is not None and (self.progress.epoch + 1) % every:
-            return False
-        if trainer.should_stop and self._can_stop():
-            return True
-        last = batch_idx + 1 >= self.num_training_batches
-        if math.isinf(self.val_check_batch):
-            return last
-        index = self.progress.total_batches - 1 if every is None else batch_idx
-        return (index + 1) % self.val_check_batch == 0
-
-    def _validate(self) -> None:
-        trainer, progress = self.trainer, self.progress
-        if self.step is not None:
-            self.step.check_nonfinite()  # a validation reads values on the host anyway
-        if not self._accumulating(progress.batches_done - 1):
-            trainer.lightning_module.on_validation_model_zero_grad()
-        trainer.state.stage = "validate"
-
-        def done() -> None:  # before on_validation_end: a checkpoint saved there records it
-            progress.validations += 1
-            progress.validated_at = progress.total_batches
-
-        try:
-            self.val_loop.run(before_end=done)
-        finally:
-            trainer.state.stage = "train"
-
-    def _sanity_check(self) -> None:
-        """A few validation batches first, so a bug there shows before hours of training."""
-        trainer = self.trainer
-        steps = trainer.num_sanity_val_steps
-        if steps == 0 or not self.val_loop.loaders:
-            return
-        trainer.state.stage = "sanity_check"
-        hooks.call_callbacks(trainer, "on_sanity_check_start")
-        try:
-            self.val_loop.run(max_batches=None if steps < 0 else steps, publish=False)
-        finally:
-            trainer.state.stage = "train"
-        hooks.call_callbacks(trainer, "on_sanity_check_end")
-
     def _can_stop(self) -> bool:
         trainer, progress = self.trainer, self.progress
         return progress.epoch >= (trainer.min_epochs or 0) and progress.global_step >= (trainer.min_steps or 0)
 
-    # ---- stop signals ---------------------------------------------------------------------------------
-    def _stop_signal_names(self) -> list[str]:
-        requeue = self.trainer.requeue_signal
-        return ["SIGTERM", "SIGINT"] + ([requeue] if requeue else [])
-
-    def _on_stop_signal(self, name: str) -> None:
-        """SIGTERM/SIGUSR1 and a first Ctrl-C only set a flag: the loop finishes the step and saves.
-        A second Ctrl-C raises KeyboardInterrupt at once."""
-        if name == "SIGINT" and self.signal_received == "SIGINT" and not self.saving_on_signal:
-            raise KeyboardInterrupt
-        self.signal_received = self.signal_received or name
-
-    def _save_and_exit(self) -> None:
-        """A signal stopped the loop at a step boundary: save ``interrupted.ckpt``, then leave.
-
-        Ctrl-C re-raises KeyboardInterrupt; SIGTERM / the requeue signal end the process cleanly.
-        """
-        trainer, name = self.trainer, self.signal_received
-        path = trainer.checkpoint_dir / "interrupted.ckpt"
-        self.saving_on_signal = True
-        try:
-            trainer.save_checkpoint(path)
-        finally:
-            self.saving_on_signal = False
-        if trainer.is_global_zero:
-            print(
-                f"steadytrain: {name} received; saved {path} at epoch {self.progress.epoch}, "
-                f"step {self.progress.global_step}.",
-                flush=True,
-            )
-        if name == "SIGINT":
-            raise KeyboardInterrupt
-        raise SystemExit(0)
-
     # ---- what a checkpoint records of the data position -------------------------------------------------
     def data_state(self) -> dict[str, Any]:
-        return {"data_seed": self.data_seed, "world_size": self.trainer.world_size, "layout": self.layout}
+        return self.data.data_state()
 
     def load_data_state(self, state: dict[str, Any], path: Path) -> None:
-        self.data_seed = int(state.get("data_seed", self.data_seed))
-        self.saved_layout = state.get("layout")
-        self.resumed_from = path
+        self.data.load_data_state(state, path)
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        state = {"rng": rng_state(), "epoch_rng": self.epoch_rng, "grads": self._open_window_grads()}
-        return state if self.loader_rng is None else {**state, "loader_rng": self.loader_rng}
+        return {**self.data.rank_state(), "grads": self._open_window_grads()}
 
     def _open_window_grads(self) -> list[torch.Tensor | None] | None:
         accumulate = self.trainer.accumulate_grad_batches
@@ -625,9 +393,7 @@ class FitLoop:
         trainer = self.trainer
         same = saved_world_size == trainer.world_size
         mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
-        self.resume_rng = mine["rng"]
-        self.epoch_rng = mine["epoch_rng"] if same else ranks[0]["epoch_rng"]
-        self.saved_loader_rng = mine.get("loader_rng")
+        self.data.load_rank_state(mine, ranks[0], same)
         grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
         if not same and not self.progress.batches_done:
             warnings.warn(
@@ -640,84 +406,10 @@ class FitLoop:
             for param, grad in zip(trainer.lightning_module.parameters(), grads):
                 param.grad = None if grad is None else grad.to(device)
 
-    def _resume_rng_now(self) -> None:
-        if self.resume_rng is not None:
-            set_rng_state(self.resume_rng)
-            self.resume_rng = None
-
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps."""
         if isinstance(self.step, AutomaticStep) and self.step.step_loss is not None:
             self.step.step_loss = self.step.step_loss.detach()
-
-
-class _StopVotes:
-    """Several ranks agree on a stop signal every ``SIGNAL_CHECK_EVERY`` batches without waiting for it:
-    the vote started after one batch is read after the next, its latency hidden behind that batch.
-
-    Every rank starts and reads each vote at the same batch, so all stop at the same one (at most
-    ``SIGNAL_CHECK_EVERY + 1`` batches after the signal); the epoch's end decides once more, waiting.
-    """
-
-    def __init__(self, strategy: Strategy) -> None:
-        self.start = strategy.start_boolean_decision
-        self.pending: Callable[[], bool] | None = None
-
-    def after_batch(self, batch_idx: int, stop: bool) -> bool:
-        pending = self.pending
-        if pending is not None:
-            self.pending = None
-            return pending()
-        if batch_idx % SIGNAL_CHECK_EVERY == 0:
-            self.pending = self.start(stop)
-        return False
-
-    def finish(self) -> None:
-        """Read a vote still open when the loop ended (its answer is asked again at the epoch's end)."""
-        if self.pending is not None:
-            self.pending()
-            self.pending = None
-
-
-class _BatchCalls:
-    """What a training batch calls and reads, looked up once per epoch; nothing for what cannot happen
-    (no loggers to flush, no validation or plateau scheduler that could fall due)."""
-
-    def __init__(self, trainer: TrainerView, step: AutomaticStep | ManualStep, followups: bool) -> None:
-        self.to_device = transfer(trainer)
-        self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
-        self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
-        self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
-        self.followups = followups
-        self.step = step.entry()
-        if trainer.profiler is not None:
-            self.step = trainer.profiler.timed("run_training_batch", self.step)
-            if self.to_device is not None:
-                self.to_device = trainer.profiler.timed("transfer_batch_to_device", self.to_device)
-        self.check_nonfinite = step.check_nonfinite
-        self.step_loss = lambda: step.step_loss
-        self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
-        self.log_every = trainer.log_every_n_steps
-        self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
-
-
-def _logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
-    """The module's and the DataModule's hyper-parameters saved by ``save_hyperparameters`` (``logger=False``
-    keeps either out; the automatic record stays in checkpoints); a name both hold with different values is an
-    error, as in Lightning."""
-    state = module._hparams_state()
-    logged = dict(module.hparams_initial) if state.log and state.explicit else {}
-    saved = getattr(datamodule, "_hparams_state", lambda: None)()
-    if saved is None or not (saved.log and saved.explicit):
-        return logged
-    extra = dict(datamodule.hparams_initial)
-    clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
-    if clash:
-        raise ValueError(
-            f"the hyper-parameters {clash} are saved by both {type(module).__name__} and {type(datamodule).__name__} "
-            "with different values; rename one, or save_hyperparameters(ignore=...) it in one of them."
-        )
-    return {**logged, **extra}
 
 
 def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:
@@ -726,34 +418,3 @@ def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.
         return None
     columns = zip(*per_rank)  # type: ignore[misc]
     return [None if any(g is None for g in col) else torch.stack(list(col)).mean(0) for col in columns]
-
-
-def _outputs(output: Any, loss: torch.Tensor | None) -> Any:
-    """What ``on_train_batch_end`` gets, as in Lightning: ``{"loss": <detached loss>, **extras}``."""
-    if isinstance(output, dict):
-        return {**output, "loss": output["loss"].detach()} if "loss" in output else output
-    if isinstance(output, torch.Tensor):
-        return {"loss": output.detach()}
-    if loss is not None and output is not None:
-        return {"loss": loss.detach()}
-    return {} if output is None else output
-
-
-def _val_check_batch(interval: int | float, num_batches: int | float, every_n_epochs: int | None) -> int | float:
-    """Training batches between validations (Lightning's ``val_check_batch``)."""
-    if isinstance(interval, int) and not isinstance(interval, bool):
-        if math.isfinite(num_batches) and interval > num_batches and every_n_epochs is not None:
-            raise ValueError(
-                f"val_check_interval={interval} is more than the {int(num_batches)} training batches of an epoch; "
-                "validate less often with check_val_every_n_epoch, or count across epochs with "
-                "check_val_every_n_epoch=None."
-            )
-        return interval
-    if math.isinf(num_batches):
-        if interval != 1.0:
-            raise ValueError(
-                f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no length; "
-                "give an int (every N batches) or 1.0 (at the end of the data)."
-            )
-        return math.inf
-    return max(1, int(num_batches * interval))
