@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from trainer.checkpoint.__main__ import main as checkpoint_cli
+from trainer.checkpoint.damage import damage
 from trainer.checkpoint.io import (
     CheckpointError,
     find_last_checkpoint,
@@ -20,7 +21,7 @@ from trainer.checkpoint.io import (
     save_checkpoint,
 )
 from trainer.checkpoint.sharded import load_sharded, save_sharded
-from trainer.checkpoint.verify import BLOCK, Sum64, damage, sum64
+from trainer.checkpoint.verify import BLOCK, Sum64, sum64
 from trainer.failures import describe, note_worker_failure, record, recorded, worker_failure
 from trainer.strategies.single import SingleDeviceStrategy
 

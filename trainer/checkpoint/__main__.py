@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def verify_paths(paths: list[str]) -> int:
     """Print ``OK``/``DAMAGED``/``UNCHECKED`` per checkpoint; 1 if any is damaged or a path does not exist."""
-    from trainer.checkpoint.verify import damage
+    from trainer.checkpoint.damage import damage
 
     missing = [p for p in paths if not Path(p).exists()]
     if missing:

@@ -24,7 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.checkpoint.verify import WriteDigests, is_damaged, load_verified
+from trainer.checkpoint.damage import is_damaged
+from trainer.checkpoint.errors import CheckpointError
+from trainer.checkpoint.verify import WriteDigests, load_verified
 
 PathLike = str | os.PathLike[str]
 
@@ -35,10 +37,6 @@ _PREFIXES = ("module.", "_orig_mod.")
 _STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "net")
 _SHOW = 10
 DCP_METADATA = ".metadata"  # torch.distributed.checkpoint writes it once every shard is in
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be read, is unsafe to unpickle, or does not fit the model."""
 
 
 def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:

@@ -108,7 +108,7 @@ def file_digest(path: Path) -> list[int]:
 
 def check_shards(path: Path) -> None:
     """Raise ``CheckpointError`` naming the damaged shards of ``path``, if any."""
-    from trainer.checkpoint.io import CheckpointError
+    from trainer.checkpoint.errors import CheckpointError
 
     problems = damaged_shards(path)
     if problems:

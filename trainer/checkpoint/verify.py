@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -259,7 +258,7 @@ def load_verified(path: Path, map_location: Any) -> Any:
 
 
 def damage_error(path: Path, bad: list[Record]) -> Exception:
-    from trainer.checkpoint.io import CheckpointError
+    from trainer.checkpoint.errors import CheckpointError
 
     what = "digests written when it was saved" if bad[0].kind == "sum64" else "CRC-32 its zip stores"
     return CheckpointError(
@@ -279,26 +278,3 @@ def damaged_records(path: Path) -> tuple[list[Record] | None, str | None]:
         if records is None:
             return None, None
         return mismatches(f.fileno(), records), None
-
-
-def damage(path: Path) -> str | None:
-    """Why the checkpoint at ``path`` (a file or a sharded directory) is damaged, or None if it is intact."""
-    if path.is_dir():
-        from trainer.checkpoint.shard_digests import damaged_shards
-
-        meta = path / "meta.pt"
-        problems = damaged_shards(path) + ([f"meta.pt: {why}"] if meta.is_file() and (why := damage(meta)) else [])
-        return "; ".join(problems[:3]) or None
-    bad, unreadable = damaged_records(path)
-    if unreadable or bad is None:
-        return unreadable or "not a torch.save zip file, so nothing vouches for its bytes"
-    return f"{len(bad)} record(s) do not match their digest: {describe(bad)}" if bad else None
-
-
-def is_damaged(path: Path) -> bool:
-    """For ``ckpt_path='last'``: a damaged candidate is skipped with a warning, and the next older one tried."""
-    why = damage(path)
-    if why is not None:
-        msg = f"steadytrain: skipped the damaged checkpoint {path} ({why}); trying the next older one."
-        warnings.warn(msg, stacklevel=3)
-    return why is not None
