@@ -32,6 +32,7 @@ from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
 from trainer.loops.stop_signal import StopSignal
 from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
+from trainer.loops.window_grads import open_window_grads, restore_window_grads
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
@@ -62,14 +63,13 @@ class FitLoop:
         return self.data.loader
 
     @property
-    def num_training_batches(self) -> int | float:
+    def num_training_batches(self) -> int | float:  # the data's, after limit_train_batches
         return self.data.num_batches
 
     @property
     def val_loop(self) -> EvaluationLoop:
         return self.validation.loop
 
-    # ---- set-up --------------------------------------------------------------------------------------
     def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         trainer = self.trainer
         self._reset()
@@ -172,7 +172,6 @@ class FitLoop:
         """The (re)requested validation loaders, and how often they run in this data's epochs."""
         self.validation.use(val_loaders, self.num_training_batches)
 
-    # ---- the loop ------------------------------------------------------------------------------------
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
         self.data.start_resumed_workers(self.resumed)
@@ -328,9 +327,8 @@ class FitLoop:
     def logger_step(self) -> int:
         """The step the loggers get, Lightning's: the batches that stepped (in manual optimization every batch),
         the current one counted once its validation and plateau schedulers ran (so they log at the step before)."""
-        progress = self.progress
         automatic = self.trainer.lightning_module.automatic_optimization
-        return (progress.global_step if automatic else progress.total_batches) - self.open_batch
+        return (self.progress.global_step if automatic else self.progress.total_batches) - self.open_batch
 
     def _end_epoch(self, completed: bool) -> None:
         """``on_train_epoch_end`` (monitoring callbacks after the module, which may log), with the epoch's
@@ -374,14 +372,7 @@ class FitLoop:
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        return {**self.data.rank_state(), "grads": self._open_window_grads()}
-
-    def _open_window_grads(self) -> list[torch.Tensor | None] | None:
-        accumulate = self.trainer.accumulate_grad_batches
-        if accumulate == 1 or self.progress.batches_done % accumulate == 0:
-            return None
-        module = self.trainer.lightning_module
-        return [None if p.grad is None else p.grad.detach().cpu() for p in module.parameters()]
+        return {**self.data.rank_state(), "grads": open_window_grads(self.trainer, self.progress)}
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
         """This rank's RNG, the epoch's RNG and an open accumulation window's gradients.
@@ -394,27 +385,15 @@ class FitLoop:
         same = saved_world_size == trainer.world_size
         mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
         self.data.load_rank_state(mine, ranks[0], same)
-        grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
         if not same and not self.progress.batches_done:
             warnings.warn(
                 f"resuming a {saved_world_size}-rank checkpoint on {trainer.world_size} rank(s): weights, optimizer "
                 "and position are exact; each rank's random stream continues an old rank's.",
                 stacklevel=3,
             )
-        if grads is not None:
-            device = trainer.strategy.root_device
-            for param, grad in zip(trainer.lightning_module.parameters(), grads):
-                param.grad = None if grad is None else grad.to(device)
+        restore_window_grads(trainer, ranks, mine, same)
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps."""
         if isinstance(self.step, AutomaticStep) and self.step.step_loss is not None:
             self.step.step_loss = self.step.step_loss.detach()
-
-
-def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:
-    """The element-wise mean of the ranks' open-window gradients (None where a rank has none)."""
-    if any(grads is None for grads in per_rank):
-        return None
-    columns = zip(*per_rank)  # type: ignore[misc]
-    return [None if any(g is None for g in col) else torch.stack(list(col)).mean(0) for col in columns]
