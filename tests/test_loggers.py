@@ -133,7 +133,7 @@ def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
     logger.log_metrics({"loss": 0.125}, step=4)
     logger.finalize("success")
     header, rows = _read_csv(path)
-    assert header == ["step", "loss", "val_acc", "lr"]
+    assert header == ["loss", "lr", "step", "val_acc"]  # sorted, as Lightning's CSV writer keeps them
     assert [r["step"] for r in rows] == ["0", "1", "2", "3", "4"]
     assert rows[0] == {"step": "0", "loss": "1.0", "val_acc": "", "lr": ""}
     assert rows[2] == {"step": "2", "loss": "0.25", "val_acc": "0.75", "lr": ""}

@@ -114,7 +114,11 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
     assert metrics == run / "metrics.csv"
     rows = read_metrics(metrics)
     assert {"train_loss", "val_dice"} <= rows[0].keys()
-    assert [r["step"] for r in rows if r["train_loss"]] == ["1", "2", "3"]
+    assert [r["step"] for r in rows if r["train_loss"]] == [
+        "0",
+        "1",
+        "2",
+    ]  # Lightning's logger step: the steps before the current one
     assert [float(r["val_dice"]) for r in rows if r["val_dice"]] == [pytest.approx(dice, abs=1e-4)]
 
     samples = Path(printed(r"^sample masks\s+: (.+)$", out))
@@ -146,7 +150,7 @@ def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytes
     assert (run / "samples" / "epoch001-step000006.png").is_file()
     # The resumed run kept writing to the first run's metrics: epoch 0 rows, then epoch 1 rows.
     rows = read_metrics(run / "metrics.csv")
-    assert [r["step"] for r in rows if r["train_loss"]] == ["1", "2", "3", "4", "5", "6"]
+    assert [r["step"] for r in rows if r["train_loss"]] == ["0", "1", "2", "3", "4", "5"]
     assert [r["epoch"] for r in rows if r["val_dice"]] == ["0", "1"]
 
     # "last", as the recipe's docstring suggests, finds that checkpoint under default_root_dir.
