@@ -33,7 +33,7 @@ class DatasetLength(Callback):
             self.length = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._note(trainer.fit_loop.raw_train)
+        self._note(trainer.fit_loop.data.raw_train)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if trainer.state.fn == "validate":

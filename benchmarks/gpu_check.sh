@@ -3,9 +3,9 @@
 # pytest, pytest-xdist): the cuda tests, the synchronization sites, the step benchmark, then the default
 # suite. Writes everything under $OUT (default ./gpu-out); budgeted to finish in under 8 minutes.
 #
-#   bash gpu_check.sh
+#   bash benchmarks/gpu_check.sh
 set -u
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
