@@ -85,8 +85,13 @@ def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
     return [] if ours == theirs else [f"{where}: {_short(ours)} != {_short(theirs)}"]
 
 
+PID = re.compile(r"pid=\d+")
+
+
 def same_printed(ours: str, theirs: str) -> bool:
-    """Same text, and each number within its last printed digit (``:.4f`` rounds two close values apart)."""
+    """Same text, and each number within its last printed digit (``:.4f`` rounds two close values apart);
+    process ids are each run's own."""
+    ours, theirs = PID.sub("pid=#", ours), PID.sub("pid=#", theirs)
     if VOLATILE.search(ours):
         return NUMBER.sub("#", ours) == NUMBER.sub("#", theirs)
     a, b = NUMBER.findall(ours), NUMBER.findall(theirs)
