@@ -590,7 +590,9 @@ DISK = [
     Case(
         "disk-full-at-logs",
         """
-        fit = make_trainer(default_root_dir="mnt/runs", enable_checkpointing=False, callbacks=[Announce()], log_every_n_steps=1)
+        fit = make_trainer(
+            default_root_dir="mnt/runs", enable_checkpointing=False, callbacks=[Announce()], log_every_n_steps=1
+        )
         fit.fit(Net(), loader())
         """,
         says=("No space left", "mnt/runs"),
