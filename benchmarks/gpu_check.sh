@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=${PYTHON:-python}
+PY="${PYTHON:-python} -u" # unbuffered: a part cut short by its limit keeps what it printed
 START=$(date +%s)
-BUDGET=${BUDGET:-450} # seconds for all parts; the suite gets what the others left
+BUDGET=${BUDGET:-480} # seconds for all parts; the suite gets what the others left
 
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 part() { # name, timeout (s), command...: output to $OUT/name.txt, status to $OUT/summary.txt
@@ -41,7 +41,7 @@ part cuda-tests 150 $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" 
 # 2. where each system waits on the device (the medium MLP in bf16 bare/typical and in fp16)
 part syncs 60 $PY benchmarks/gpu_step.py --syncs
 # 3. steady per-step ratios to a raw loop, raw vs ours vs Lightning, 3 rotated rounds
-part gpu-step-benchmark 200 $PY benchmarks/gpu_step.py --rounds 3
+part gpu-step-benchmark 240 $PY benchmarks/gpu_step.py --rounds 3
 # 4. the default suite as a user runs it, with what is left of the budget
 part default-suite "$(left)" $PY -m pytest -q -p no:cacheprovider -n 8 -k "not wandb"
 

@@ -89,7 +89,7 @@ def make_work(quick: bool) -> None:
     def pairs(n: int, x: tuple[int, ...], y: Callable[[], torch.Tensor]) -> list[Batch]:
         return [(torch.randn(*x, generator=g).to(DEV), y().to(DEV)) for _ in range(n)]
 
-    tiny = pairs(WARM + 20 if quick else 1500, (64, 64), lambda: torch.randn(64, 1, generator=g))
+    tiny = pairs(WARM + 20 if quick else 800, (64, 64), lambda: torch.randn(64, 1, generator=g))
     width, rows = (256, 64) if quick else (4096, 512)
     med = pairs(16, (rows, 64), lambda: torch.randn(rows, 1, generator=g)) * ((WARM + 6 if quick else 300) // 16 + 1)
     side, n = (32, WARM + 4) if quick else ((64, 40) if DEV == "cpu" else (256, 40))
@@ -219,34 +219,39 @@ def systems() -> list[str]:
     return ["raw", "ours", "lightning"]
 
 
-def time_cases(cases: list[tuple[str, bool]], rounds: int, warm_up: bool = True) -> None:
-    names = systems()
-    for case in cases if warm_up else []:  # warm-up: kernels, cuDNN autotuning, the allocator, imports
-        for system in names:
-            run(system, *case)
-    times: dict[tuple[tuple[str, bool], str], list[tuple[float, float]]] = {(c, s): [] for c in cases for s in names}
+def time_case(case: tuple[str, bool], names: list[str], rounds: int, warm_up: bool) -> dict[str, list[float]]:
+    """Each system's (whole fit, steady part) for one case over rotated rounds; prints the case's rows."""
+    for system in names if warm_up else []:  # warm-up: kernels, cuDNN autotuning, the allocator, imports
+        run(system, *case)
+    times: dict[str, list[tuple[float, float]]] = {s: [] for s in names}
     for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for case in cases:
-            for system in order:
-                times[(case, system)].append(run(system, *case))
-    for k, what in ((1, "steady per-step"), (0, "whole fit")):
-        print(f"-- {what} (median of {rounds} rounds; ratio = median of per-round ratios to raw)")
-        for case in cases:
-            steps = len(WORK[case[0]][1]) - (WARM if k else 0)
-            raw = [t[k] for t in times[(case, "raw")]]
-            row = [f"{case[0] + ('/typical' if case[1] else '/bare'):18s} steps={steps:5d} "]
-            row.append(f"raw {statistics.median(raw) / steps * 1e3:8.3f} ms")
-            for system in names[1:]:
-                mine = [t[k] for t in times[(case, system)]]
-                ratio = statistics.median(x / y for x, y in zip(mine, raw))
-                row.append(f"{system} {statistics.median(mine) / steps * 1e3:8.3f} ms ({ratio:.3f}x)")
-            print("  ".join(row), flush=True)
-    for system in names[1:]:
-        parts = []
-        for case in cases:
-            ratios = [x[1] / y[1] for x, y in zip(times[(case, system)], times[(case, "raw")])]
-            parts.append(f"{case[0]}{'/t' if case[1] else ''} {statistics.median(ratios):.3f}")
+        for system in names[r % len(names) :] + names[: r % len(names)]:
+            times[system].append(run(system, *case))
+    steady: dict[str, list[float]] = {}
+    for k, what in ((1, "steady"), (0, "whole")):
+        steps = len(WORK[case[0]][1]) - (WARM if k else 0)
+        raw = [t[k] for t in times["raw"]]
+        row = [f"{case[0] + ('/typical' if case[1] else '/bare'):18s} {what:6s} steps={steps:5d} "]
+        row.append(f"raw {statistics.median(raw) / steps * 1e3:8.3f} ms")
+        for system in names[1:]:
+            mine = [t[k] for t in times[system]]
+            ratios = [x / y for x, y in zip(mine, raw)]
+            if k:
+                steady[system] = ratios
+            row.append(f"{system} {statistics.median(mine) / steps * 1e3:8.3f} ms ({statistics.median(ratios):.3f}x)")
+        print("  ".join(row), flush=True)
+    return steady
+
+
+def time_cases(cases: list[tuple[str, bool]], rounds: int, warm_up: bool = True) -> None:
+    """Prints each case as it finishes (a run cut short by a time limit keeps what it measured)."""
+    names = systems()
+    print(f"-- per-step time, median of {rounds} rounds; ratio = median of per-round ratios to raw", flush=True)
+    summary: dict[str, list[str]] = {s: [] for s in names[1:]}
+    for case in cases:
+        for system, ratios in time_case(case, names, rounds, warm_up).items():
+            summary[system].append(f"{case[0]}{'/t' if case[1] else ''} {statistics.median(ratios):.3f}")
+    for system, parts in summary.items():
         print(f"= {system}/raw steady: " + ", ".join(parts), flush=True)
 
 
