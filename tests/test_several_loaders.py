@@ -20,9 +20,9 @@ SCRIPT = REPO_ROOT / "tests" / "scripts" / "several_loaders.py"
 class PerLoader(Regressor):
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
-        self.log("seen", float(len(x)), reduce_fx="sum")
-        self.log("all_loss", torch.nn.functional.mse_loss(self.net(x), y), add_dataloader_idx=False)
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y), sync_dist=True)  # over both ranks
+        self.log("seen", float(len(x)), reduce_fx="sum", sync_dist=True)
+        self.log("all_loss", torch.nn.functional.mse_loss(self.net(x), y), add_dataloader_idx=False, sync_dist=True)
 
     def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.validation_step(batch, batch_idx, dataloader_idx)

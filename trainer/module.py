@@ -417,7 +417,7 @@ class Module(nn.Module):
         on_epoch: bool | None = None,
         reduce_fx: str | Callable[..., Any] = "mean",
         enable_graph: bool = False,
-        sync_dist: bool | None = None,
+        sync_dist: bool = False,
         sync_dist_group: Any = None,
         add_dataloader_idx: bool = True,
         batch_size: int | None = None,
@@ -427,11 +427,12 @@ class Module(nn.Module):
         """Record a value for the loggers, the progress bar and callbacks (e.g. ``monitor=``).
 
         Lightning's signature. Training defaults to per step, evaluation to per epoch (a
-        batch-size-weighted mean). Epoch values are reduced across ranks by default
-        (``sync_dist=False`` keeps each rank's); ``rank_zero_only=True`` says only rank 0 logs it, so
-        it is not reduced. A torchmetrics ``Metric`` is computed (synced) and reset at each epoch
-        end. With several evaluation loaders the key gets ``/dataloader_idx_<i>`` unless
-        ``add_dataloader_idx=False``. ``metric_attribute`` is accepted and not needed here.
+        batch-size-weighted mean). As in Lightning, each rank keeps its own value unless
+        ``sync_dist=True``, which reduces an epoch value over every sample of every rank (the
+        single-device value); ``rank_zero_only=True`` says only rank 0 logs it. A torchmetrics
+        ``Metric`` is computed (synced) and reset at each epoch end. With several evaluation loaders
+        the key gets ``/dataloader_idx_<i>`` unless ``add_dataloader_idx=False``. ``metric_attribute``
+        is accepted and not needed here.
         """
         trainer = self.__dict__.get("_trainer")
         if trainer is None:

@@ -3,9 +3,8 @@
 Epoch means are weighted by batch size and kept as running (sum, count) tensors. At the epoch end
 they are reduced across ranks (sum the sums, sum the counts) in one collective per reduction, so
 an epoch value equals the single-device value whatever the number of ranks or uneven last
-batches. Lightning reduces only with ``sync_dist=True`` and otherwise reports each rank's own
-mean; here ``sync_dist`` defaults to reducing epoch values (explicit ``False`` keeps them per
-rank) and step values only when asked.
+batches. As in Lightning, only ``sync_dist=True`` values are reduced; the others stay each rank's
+own (with Lightning's warning, once per name, for an epoch value under several ranks).
 """
 
 from __future__ import annotations
@@ -107,7 +106,7 @@ class Results:
         on_epoch: bool | None = None,
         prog_bar: bool = False,
         logger: bool = True,
-        sync_dist: bool | None = None,
+        sync_dist: bool = False,
         batch_size: int | None = None,
         reduce_fx: Any = "mean",
         add_dataloader_idx: bool = True,
@@ -139,7 +138,7 @@ class Results:
         value: Any,
         on_step: bool,
         on_epoch: bool,
-        sync: bool | None,
+        sync: bool,
         batch_size: int | None,
         fx: str,
     ) -> None:
@@ -158,9 +157,7 @@ class Results:
             return
         entry = self.epoch_values.get(epoch_key)
         if entry is None:
-            entry = self.epoch_values[epoch_key] = _EpochValue(
-                fx, sync is not False, metric=value if is_metric else None
-            )
+            entry = self.epoch_values[epoch_key] = _EpochValue(fx, sync, metric=value if is_metric else None)
         if not is_metric:
             entry.add(as_scalar(value, name), batch_size if batch_size is not None else _infer_batch_size(self.batch))
 
@@ -201,6 +198,7 @@ class Results:
 def _reduce(entries: dict[str, _EpochValue], strategy: Strategy) -> dict[str, torch.Tensor]:
     """Reduce the synced aggregates with one all_reduce per operation, then divide the means."""
     if strategy.world_size > 1:  # every rank takes part, whether or not it logged anything
+        _warn_unsynced(entries, strategy)
         synced = _on_every_rank(entries, strategy)
         summed = [e for e in synced if e.reduce_fx in ("mean", "sum")]
         if summed:
@@ -213,6 +211,23 @@ def _reduce(entries: dict[str, _EpochValue], strategy: Strategy) -> dict[str, to
                 for i, entry in enumerate(group):
                     entry.total = flat[i]
     return {key: entry.value() for key, entry in entries.items()}
+
+
+_WARNED_UNSYNCED: set[str] = set()
+
+
+def _warn_unsynced(entries: dict[str, _EpochValue], strategy: Strategy) -> None:
+    """Lightning's hint, once per name: an epoch value without ``sync_dist=True`` is rank 0's own."""
+    names = sorted(k for k, e in entries.items() if not e.sync and k not in _WARNED_UNSYNCED)
+    if names and strategy.is_global_zero:
+        _WARNED_UNSYNCED.update(names)
+        for name in names:
+            warnings.warn(
+                f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging on epoch level in "
+                "distributed setting to accumulate the metric across devices (without it each rank keeps its own "
+                "value and rank 0's is logged).",
+                stacklevel=4,
+            )
 
 
 def _on_every_rank(entries: dict[str, _EpochValue], strategy: Strategy) -> list[_EpochValue]:
