@@ -385,3 +385,66 @@ def test_an_epoch_shorter_than_log_every_n_steps_warns_naming_both(tmp_path: Pat
         warnings.simplefilter("error")  # no warning: the interval fits, or nothing logs
         models.quiet(tmp_path, max_epochs=1, logger=True, log_every_n_steps=25).fit(Regressor(), data)
         models.quiet(tmp_path, max_epochs=1, logger=False).fit(Regressor(), data)
+
+
+def test_batch_end_hooks_log_into_the_step_row_and_a_callback_writes_before_it() -> None:
+    """Lightning sends a step's values to the loggers after the batch-end hooks: a value a hook logs joins
+    that step's row, and a callback writing to the logger itself there (DeviceStatsMonitor) comes first."""
+
+    class Hooked(Regressor):
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.log("hook_value", float(batch_idx))
+
+    class Writes(trainer.Callback):
+        def on_train_batch_end(self, tr: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            tr.logger.log_metrics({"direct": float(batch_idx)}, step=tr.global_step - 1)
+
+    memory = Memory()
+    fit = trainer.Trainer(
+        max_epochs=1,
+        limit_train_batches=4,
+        log_every_n_steps=2,
+        logger=memory,
+        callbacks=[Writes()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    fit.fit(Hooked(), loader(regression_data(32), batch_size=8))
+    steps = [(step, sorted(row)) for step, row in memory.rows if "epoch" in row or "direct" in row]
+    assert steps == [
+        (0, ["direct"]),
+        (1, ["direct"]),
+        (1, ["epoch", "hook_value", "train_loss"]),
+        (2, ["direct"]),
+        (3, ["direct"]),
+        (3, ["epoch", "hook_value", "train_loss"]),
+    ]
+    assert [row["hook_value"] for _, row in memory.rows if "hook_value" in row] == [1.0, 3.0]
+
+
+class _TwoRanks:
+    """A stand-in strategy for two ranks whose other rank logged the same values as this one."""
+
+    world_size, is_global_zero = 2, True
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        return [obj, obj]
+
+    def all_reduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
+        return tensor * 2 if op == "sum" else tensor
+
+
+def test_only_sync_dist_values_are_reduced_across_ranks_and_the_others_warn_as_lightning() -> None:
+    from trainer import results as results_module
+    from trainer.results import Results
+
+    results_module._WARNED_UNSYNCED.discard("own")  # Lightning's hint comes once per name and process
+    results = Results("validate")
+    results.batch = torch.zeros(4, 1)
+    results.log("synced", 2.0, sync_dist=True, reduce_fx="sum")
+    results.log("own", 2.0, reduce_fx="sum")
+    with pytest.warns(UserWarning, match=r"self.log\('own', ..., sync_dist=True\)") as caught:
+        values = results.epoch_metrics(_TwoRanks())  # type: ignore[arg-type]
+    assert float(values["synced"]) == 4.0 and float(values["own"]) == 2.0  # the rank's own, as Lightning
+    assert not any("'synced'" in str(w.message) for w in caught)

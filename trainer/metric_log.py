@@ -49,8 +49,8 @@ class MetricLog:
     def resume(self, results: Results) -> None:
         self.results = results
 
-    def step_end(self, epoch: int, step: int, write: bool) -> None:
-        """This step's values to ``callback_metrics``; with ``write``, the interval's to the loggers."""
+    def step_end(self) -> None:
+        """This step's values to ``callback_metrics``, so the batch-end hooks see them."""
         results = self.results
         values = results.pop_step_metrics(self.strategy)
         self.callback_metrics.update(values)
@@ -58,9 +58,15 @@ class MetricLog:
         self.progress_bar_keys |= results.prog_bar
         self._record_logged(values, results.no_logger)
         self._unwritten.update(values)
-        if write and self._unwritten:
+
+    def write_step(self, epoch: int, step: int) -> None:
+        """The interval's step values to the loggers, after the batch-end hooks as in Lightning: what those
+        hooks logged joins this row, and what a callback wrote itself (DeviceStatsMonitor) comes first."""
+        if self.results.step_values:
+            self.step_end()
+        if self._unwritten:
             unwritten, self._unwritten = self._unwritten, {}
-            self._write(unwritten, results.no_logger, epoch, step)
+            self._write(unwritten, self.results.no_logger, epoch, step)
 
     def eval_step_end(self, epoch: int, batch_idx: int, write: bool) -> None:
         """Values an evaluation step logged with ``on_step=True`` go to the loggers at ``step=batch_idx``, as

@@ -70,6 +70,15 @@ class BatchCalls:
         self.results = trainer.metric_log.results  # the epoch's; a validation puts it back when it ends
         self.log_every = trainer.log_every_n_steps
         self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
+        self.step_end = trainer.metric_log.step_end
+
+    def publish_step(self, write: bool) -> bool:
+        """A batch that stepped: callbacks see its values now; the loggers get them (``write``) after its hooks."""
+        if write:
+            self.check_nonfinite()
+        if write or self.results.step_values:
+            self.step_end()
+        return write
 
 
 def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:

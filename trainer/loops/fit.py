@@ -279,18 +279,17 @@ class FitLoop:
             if last:
                 self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
             stepped = progress.global_step
+            counted = progress.total_batches if manual else stepped  # Lightning's "batches that stepped"
+            write = False
             if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
                 self.open_batch = True
-                counted = progress.total_batches if manual else stepped  # Lightning's "batches that stepped"
-                write = counted % log_every == 0
-                if write:
-                    calls.check_nonfinite()
-                if write or results.step_values:
-                    metric_log.step_end(progress.epoch, counted - 1, write)  # Lightning's step: counted before it
+                write = calls.publish_step(counted % log_every == 0)
             if batch_end:
                 outputs = batch_end_outputs(output, calls.step_loss())
                 for end_hook in batch_end:
                     end_hook(outputs, batch, batch_idx)
+            if write:
+                metric_log.write_step(progress.epoch, counted - 1)  # Lightning's step: counted before it
             if flush is not None and stepped != steps_before:
                 flush()  # after the batch-end hooks: what they log joins this step's row
             results.batch = None  # let the allocator reuse this batch's memory for the next one
