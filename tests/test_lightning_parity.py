@@ -23,14 +23,14 @@ DIFFERS_ON_ONE_DEVICE: dict[str, str] = {
     "accumulation_device_stats": "Lightning's DeviceStatsMonitor needs psutil on the CPU; ours reads /proc without it",
 }
 DIFFERS_ON_TWO_RANKS: dict[str, str] = {
-    name: "on 2 ranks the values still differ from Lightning's (issue 21: the ranks' random streams are not yet"
-    " Lightning's)"
-    for name in script_names()
-    if name != "prediction_writer"
+    **DIFFERS_ON_ONE_DEVICE,
+    "autoencoder": "Lightning pads the 205 validation samples to 206 under DDP; steadytrain evaluates each once"
+    " (documented)",
+    "finetuning": "Lightning's DDP does not average layers unfrozen after it wrapped the model; steadytrain wraps again"
+    " (documented)",
+    "gan": "Lightning's DDP refuses it (parameters unused by a loss need strategy='ddp_find_unused_parameters_true')",
 }
-DIFFERS_ON_TWO_RANKS["gan"] = (
-    "Lightning's DDP refuses it (parameters unused by a loss need strategy='ddp_find_unused_parameters_true')"
-)
+DIFFERS_ON_TWO_RANKS.pop("tuner")  # with shuffling off, lr_find stops after 2 points on both sides, alike
 
 
 def params(differs: dict[str, str]) -> list[Any]:
@@ -67,6 +67,16 @@ def test_numbers_agree_within_1e_6_relative_and_every_key_counts() -> None:
     assert differences({"a": 1, "b": 2}, {"a": 1}) == ["/b: only in ours"]
     assert differences({"t": "int"}, {"t": "float"}) == ["/t: 'int' != 'float'"]
     assert differences([1, 2], [1, 2, 3]) == [": [1, 2] != [1, 2, 3]"]
+
+
+def test_machine_readings_count_where_they_were_logged_not_their_value() -> None:
+    def report(rows: list[list[Any]]) -> dict[str, Any]:
+        table = {"header": ["DeviceStatsMonitor.on_train_batch_end/cpu_percent", "train_loss"], "rows": rows}
+        return normalized({"calls": [], "files": {"metrics.csv": table}})
+
+    assert differences(report([[50.0, None], [None, 1.0]]), report([[0.0, None], [None, 1.0]])) == []
+    assert differences(report([[50.0, None], [None, 1.0]]), report([[None, 1.0], [0.0, None]])) != []
+    assert differences(report([[None, 2.0]]), report([[None, 1.0]])) != []
 
 
 def test_printed_numbers_agree_within_their_last_digit() -> None:

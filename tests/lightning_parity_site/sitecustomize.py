@@ -85,12 +85,23 @@ def _wrap(cls: Any, call: str) -> None:
 
     def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
+        if _inside_tuner(sys._getframe(1)):
+            return result  # a Tuner's own runs end in states the user never sees (each side restores its own way)
         snap = _snapshot(self, call, result)  # on every rank: Lightning's log_dir is a collective (broadcast)
         if self.is_global_zero:
             _CALLS.append(snap)
         return result
 
     setattr(cls, call, recorded)
+
+
+def _inside_tuner(frame: Any) -> bool:
+    """Whether this call comes from a Tuner (``lightning/pytorch/tuner/`` or ``trainer/tuner/``)."""
+    while frame is not None:
+        if f"{os.sep}tuner{os.sep}" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _recording_print(*args: Any, **kwargs: Any) -> None:
@@ -143,6 +154,22 @@ def _no_shuffle() -> None:
     DataLoader.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _lightning_ddp_no_shuffle() -> None:
+    """Lightning gives a DDP training loader ``DistributedSampler(shuffle=True)`` even when the script
+    says ``shuffle=False`` (steadytrain keeps the script's order, docs/migration/from-lightning.md);
+    with shuffling off, the Lightning run is held to the script's order so the rest can be compared."""
+    from torch.utils.data import DistributedSampler
+
+    init = DistributedSampler.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["shuffle"] = False
+        init(self, *args, **kwargs)
+
+    DistributedSampler.__init__ = __init__  # type: ignore[method-assign]
+
+
 def _install() -> None:
     global _print
     import torch
@@ -150,6 +177,8 @@ def _install() -> None:
     torch.manual_seed(0)  # torch seeds its default generator at random: unseeded scripts start alike
     if os.environ.get("PARITY_SHUFFLE") == "off":
         _no_shuffle()
+        if _FRAMEWORK == "lightning":
+            _lightning_ddp_no_shuffle()
     if _FRAMEWORK == "lightning":
         from lightning.pytorch import Trainer
         from lightning.pytorch.trainer.connectors.logger_connector import logger_connector

@@ -65,13 +65,14 @@ def cli_main():
         seed_everything_default=1234,
         save_config_kwargs={"overwrite": True},
     )
+    log_dir = cli.trainer.log_dir  # on every rank: Lightning's log_dir is a collective under DDP
     if cli.trainer.is_global_zero:
         optimizer = cli.trainer.optimizers[0]
         scheduler = cli.trainer.lr_scheduler_configs[0].scheduler
         print(f"hparams={dict(cli.model.hparams)}")
         print(f"optimizer={type(optimizer).__name__} lr={optimizer.param_groups[0]['lr']:.6f}")
         print(f"scheduler={type(scheduler).__name__} epochs={cli.trainer.current_epoch}")
-        print(f"val_loss={cli.trainer.callback_metrics['val_loss']:.4f} log_dir={cli.trainer.log_dir}")
+        print(f"val_loss={cli.trainer.callback_metrics['val_loss']:.4f} log_dir={log_dir}")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def main(args):
     trainer.fit(model, datamodule=data)
     if trainer.is_global_zero:
         suggestion = lr_finder.suggestion()
-        print(f"points={len(lr_finder.results['lr'])} suggestion={suggestion:.3e} model_lr={model.hparams.lr:.3e}")
+        shown = "none" if suggestion is None else f"{suggestion:.3e}"  # too few points: no suggestion, lr unchanged
+        print(f"points={len(lr_finder.results['lr'])} suggestion={shown} model_lr={model.hparams.lr:.3e}")
         print(f"global_step={trainer.global_step} train_loss={trainer.callback_metrics['train_loss']:.4f}")
 
 
