@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from typing_extensions import override
 
 from trainer.loggers.base import Logger, StepBuffer, flush_at_exit, sanitize_hparams
-from trainer.loggers.csv import RunFolder
+from trainer.loggers.folder import RunFolder
 from trainer.loggers.mlflow_run import continue_run, experiment_id, new_run, unlogged_checkpoints, upload_checkpoint
 
 if TYPE_CHECKING:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from trainer.loggers.base import Logger, StepBuffer, finite_values, flush_at_exit, sanitize_hparams, to_image_array
-from trainer.loggers.csv import RunFolder
+from trainer.loggers.base import StepBuffer, finite_values, flush_at_exit, sanitize_hparams, to_image_array
+from trainer.loggers.folder import FolderLogger, RunFolder
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -30,7 +29,7 @@ def _tensorboard() -> Any:
     return torch.utils.tensorboard
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(FolderLogger):
     """Writes event files to ``<save_dir>/<name>/version_<n>``, the CSV logger's layout.
 
     A resumed run reopens the same folder with ``purge_step``, so TensorBoard hides what the crashed
@@ -51,25 +50,6 @@ class TensorBoardLogger(Logger):
         self._purge_step: int | None = None
         self._event = StepBuffer(self._write_event)  # tag -> one summary value
         self._exit_hook: Callable[[], None] | None = None
-
-    @property
-    @override
-    def log_dir(self) -> str:
-        return self._folder.path
-
-    @property
-    def save_dir(self) -> str:
-        """The folder the run folders go under, a str as Lightning's."""
-        return os.fspath(self._folder.save_dir)
-
-    @property
-    def root_dir(self) -> str:
-        """``<save_dir>/<name>``, as Lightning's."""
-        return os.path.join(self.save_dir, self.name)
-
-    @property
-    def version(self) -> int | str:
-        return self._folder.version
 
     @property
     def experiment(self) -> SummaryWriter:
