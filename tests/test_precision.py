@@ -274,3 +274,45 @@ def test_reduce_on_plateau_with_an_unlogged_monitor_names_the_logged_keys(tmp_pa
         quiet(tmp_path).fit(
             Linear(scheduler="plateau-missing"), loader(small_data(8), batch_size=4), loader(small_data(8))
         )
+
+
+def _one_update(precision: Any, grad: float) -> Any:
+    """One scaled backward and step through ``precision`` with a gradient of ``grad``; the update's verdict."""
+    weight = torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    precision.backward((weight * grad).sum())
+    precision.optimizer_step(optimizer)
+    return precision.update()
+
+
+def test_the_scaler_keeps_its_scale_in_the_tensor_update_reads_without_waiting() -> None:
+    """``MixedPrecision.update`` tells a skipped step from torch's private ``GradScaler._scale`` (reading
+    ``get_scale()`` would wait for the device); this pins that the installed torch still keeps it there."""
+    from trainer.precision.amp import MixedPrecision
+
+    precision = MixedPrecision("16-mixed", "cpu")
+    assert bool(_one_update(precision, 1.0)) is True
+    assert isinstance(precision.scaler._scale, torch.Tensor)  # type: ignore[union-attr]
+    assert bool(_one_update(precision, float("inf"))) is False
+
+
+def test_a_scaler_without_its_private_scale_still_tells_a_skipped_step() -> None:
+    """Were torch to rename ``_scale``, ``update`` asks ``get_scale()`` (a wait) instead of calling every step taken."""
+    from trainer.precision.amp import MixedPrecision
+
+    class Renamed:
+        """A GradScaler as seen from outside, without ``_scale``."""
+
+        def __init__(self) -> None:
+            self.inner = torch.amp.GradScaler("cpu")
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "_scale":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    precision = MixedPrecision("16-mixed", "cpu")
+    precision.scaler = Renamed()  # type: ignore[assignment]
+    assert getattr(precision.scaler, "_scale", None) is None
+    assert bool(_one_update(precision, float("inf"))) is False
+    assert bool(_one_update(precision, 1.0)) is True

@@ -64,13 +64,17 @@ class MixedPrecision(Precision):
         if not self._stepped:  # the scaler saw no gradients: nothing to update, nothing stepped
             return False
         self._stepped = False
-        scale = getattr(self.scaler, "_scale", None)
-        before = scale.clone() if isinstance(scale, torch.Tensor) else None
-        self.scaler.update()
-        after = getattr(self.scaler, "_scale", None)
-        if before is None or not isinstance(after, torch.Tensor):
+        if not self.scaler.is_enabled():
+            self.scaler.update()
             return True  # a disabled scaler steps every time
-        return after >= before
+        scale = getattr(self.scaler, "_scale", None)
+        if not isinstance(scale, torch.Tensor):  # torch no longer keeps it there: ask, which waits for the device
+            value = self.scaler.get_scale()
+            self.scaler.update()
+            return self.scaler.get_scale() >= value
+        before = scale.clone()
+        self.scaler.update()
+        return self.scaler._scale >= before  # type: ignore[operator]
 
     def state_dict(self) -> dict[str, Any]:
         return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
