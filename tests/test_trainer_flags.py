@@ -66,6 +66,34 @@ def test_fast_dev_run_runs_n_batches_of_every_stage_and_writes_nothing(
     assert f"fast_dev_run: {batches} batch(es)" in capsys.readouterr().out
 
 
+def test_fast_dev_run_logs_to_a_dummy_logger_that_takes_any_call(tmp_path: Path) -> None:
+    """Lightning's: the loggers become one DummyLogger, so ``self.logger.experiment.<anything>`` and a
+    LearningRateMonitor still run; ``log_dir`` is None; ``logger=False`` stays without loggers."""
+    from trainer.callbacks import LearningRateMonitor
+    from trainer.loggers import DummyLogger
+
+    class UsesLogger(Counting):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            logger: Any = self.logger
+            logger.experiment.add_histogram("w", self.net[0].weight, self.global_step)
+            logger.experiment["table"].log(1)
+            return super().training_step(batch, batch_idx)
+
+    data = loader(regression_data(n=16), batch_size=4)
+    t = trainer.Trainer(
+        accelerator="cpu",
+        fast_dev_run=True,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        callbacks=[LearningRateMonitor()],
+    )
+    t.fit(UsesLogger(), data)
+    assert isinstance(t.logger, DummyLogger) and t.loggers == [t.logger] and t.logger[0] is t.logger
+    assert t.log_dir is None and t.logger.save_dir is None and t.logger.version == ""
+    assert not list(tmp_path.rglob("*"))  # it writes nothing
+    assert quiet(tmp_path, fast_dev_run=True, logger=False).loggers == []
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, "yes"])
 def test_fast_dev_run_refuses_other_values(tmp_path: Path, bad: Any) -> None:
     with pytest.raises(ValueError, match=re.escape(f"fast_dev_run={bad!r}")):

@@ -19,6 +19,7 @@ import trainer.flags as flags
 from trainer.accelerators import select_strategy
 from trainer.callbacks.base import Callback
 from trainer.loggers.base import Logger
+from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
@@ -188,7 +189,8 @@ class Trainer:
             n = int(fast_dev_run)
             self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, n, 0
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-            logger = False  # checkpoints and early stopping skip themselves under fast_dev_run
+            if logger is not False and logger is not None:  # checkpoints and early stopping skip themselves
+                logger = DummyLogger()  # as Lightning: ``self.logger`` still takes calls; log_dir is None
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
         self.default_root_dir = os.fspath(default_root_dir)  # a str, as Lightning's
         self.ckpt_path: str | None = None  # the checkpoint the last fit/validate/test/predict loaded, as Lightning's
@@ -409,8 +411,16 @@ class Trainer:
         return self.loggers[0] if self.loggers else None
 
     @property
-    def log_dir(self) -> str:
-        """Folder of this run: the first logger's, else ``default_root_dir`` (a str, as Lightning's)."""
+    def log_dir(self) -> str | None:
+        """Folder of this run: the first logger's, else ``default_root_dir`` (a str, as Lightning's); None
+        under ``fast_dev_run`` (its DummyLogger has no folder), as Lightning's."""
+        if self.loggers and isinstance(self.loggers[0], DummyLogger):
+            return None
+        return self.run_folder
+
+    @property
+    def run_folder(self) -> str:
+        """Where this run's files go: the first logger's folder, else ``default_root_dir``."""
         for lg in self.loggers:
             if lg.log_dir is not None:
                 return os.fspath(lg.log_dir)
@@ -422,7 +432,7 @@ class Trainer:
         callback = self.checkpoint_callback
         if callback is not None and callback.dirpath:
             return Path(callback.dirpath)
-        return Path(self.log_dir) / "checkpoints"
+        return Path(self.run_folder) / "checkpoints"
 
     @property
     def progress_bar_callback(self) -> Any:

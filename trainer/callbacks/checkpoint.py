@@ -111,7 +111,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
-            self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.log_dir, "checkpoints"))
+            self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
 

@@ -70,7 +70,7 @@ class SaveConfigCallback(Callback):
         """Override to store the config somewhere else as well (runs on global rank zero only: no collectives)."""
 
     def _write(self, trainer: Trainer) -> None:
-        path = Path(trainer.log_dir) / self.config_filename if trainer.is_global_zero else None
+        path = Path(trainer.run_folder) / self.config_filename if trainer.is_global_zero else None
         clash = path is not None and path.exists() and not (self.overwrite or self.resuming)
         # Every rank learns of the clash, so all of them stop rather than wait for rank zero.
         clashing_path = trainer.strategy.broadcast(str(path) if clash else None)

@@ -9,12 +9,13 @@ from trainer.loggers.base import Logger
 
 _LAZY = {
     "CSVLogger": "trainer.loggers.csv",
+    "DummyLogger": "trainer.loggers.dummy",
     "MLFlowLogger": "trainer.loggers.mlflow",
     "TensorBoardLogger": "trainer.loggers.tensorboard",
     "WandbLogger": "trainer.loggers.wandb",
 }
 
-__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
+__all__ = ["CSVLogger", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
 
 def __getattr__(name: str) -> Any:

@@ -106,7 +106,7 @@ def check_output_folders(trainer: TrainerView) -> None:
 
     problem = None
     if trainer.is_global_zero:
-        folders = {"default_root_dir / the logger's folder": Path(trainer.log_dir)} if trainer.loggers else {}
+        folders = {"default_root_dir / the logger's folder": Path(trainer.run_folder)} if trainer.loggers else {}
         if trainer.checkpoint_callback is not None:
             folders["the checkpoint folder (ModelCheckpoint dirpath)"] = trainer.checkpoint_dir
         for what, folder in folders.items():

@@ -1,0 +1,50 @@
+"""Lightning's ``DummyLogger``: what ``fast_dev_run`` logs to, so code that uses ``self.logger`` still runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import override
+
+from trainer.loggers.base import Logger
+
+
+class DummyExperiment:
+    """Takes any call, item or attribute and does nothing (``self.logger.experiment.add_image(...)``)."""
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, _: str) -> Any:
+        return self.nop
+
+    def __getitem__(self, _: Any) -> DummyExperiment:
+        return self
+
+    def __setitem__(self, *args: Any) -> None:
+        pass
+
+
+class DummyLogger(Logger):
+    """Logs nothing; under ``fast_dev_run`` it replaces the loggers, as in Lightning (``log_dir`` is None)."""
+
+    name = ""
+    version = ""
+    save_dir = None
+
+    def __init__(self) -> None:
+        self._experiment = DummyExperiment()
+
+    @property
+    def experiment(self) -> DummyExperiment:
+        return self._experiment
+
+    @override
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def __getitem__(self, _: int) -> DummyLogger:
+        return self  # Lightning's: ``trainer.logger[0]`` works on a DummyLogger too
+
+    def __getattr__(self, _: str) -> Any:
+        return self._experiment.nop  # any other logger method: a no-op
