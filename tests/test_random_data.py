@@ -168,3 +168,29 @@ def test_a_checkpoint_taken_before_the_first_batch_resumes_exactly(tmp_path: Pat
         results.append(params(module))
     assert ckpt.is_file()
     assert_bitwise_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("sanity_steps, order", [(2, ["val", "train"]), (0, ["train", "val"])])
+def test_before_a_sanity_check_the_validation_loader_is_asked_first_and_its_draws_undone(
+    tmp_path: Path, sanity_steps: int, order: list[str]
+) -> None:
+    """Lightning asks for the validation loader inside its sanity check, whose random draws it undoes, and for
+    the training loader after it: a DataModule drawing in both hooks gets the same numbers as under Lightning."""
+    calls: list[tuple[str, float]] = []
+
+    class Drawing(trainer.DataModule):
+        def train_dataloader(self) -> DataLoader[Any]:
+            calls.append(("train", torch.rand(1).item()))
+            return loader(regression_data(16), batch_size=8)
+
+        def val_dataloader(self) -> DataLoader[Any]:
+            calls.append(("val", torch.rand(1).item()))
+            return loader(regression_data(16), batch_size=8)
+
+    model = Regressor()
+    torch.manual_seed(0)
+    first, second = torch.rand(2).tolist()
+    torch.manual_seed(0)
+    quiet(tmp_path, max_epochs=1, num_sanity_val_steps=sanity_steps).fit(model, datamodule=Drawing())
+    assert [name for name, _ in calls] == order
+    assert [draw for _, draw in calls] == ([first, first] if sanity_steps else [first, second])

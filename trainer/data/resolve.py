@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
+from trainer.seed import rng_state, set_rng_state
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -94,16 +95,25 @@ def resolve_loaders(
     primary: Any,
     val: Any,
     datamodule: Any,
+    val_first: bool = False,
 ) -> tuple[Any, list[Any]]:
     """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
 
     The DataModule (its ``prepare_data`` and ``setup`` already ran) or the module supplies what was
-    not given. A dict of loaders is several loaders, in its order.
+    not given. A dict of loaders is several loaders, in its order. ``val_first``: Lightning's order
+    when a sanity check runs, which asks for the validation loaders inside it (its random draws
+    undone with the check's) and for the training loader after it.
     """
     if is_datamodule(primary):
         datamodule, primary = primary, None
     source: Any = datamodule if datamodule is not None else module
     name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
+    if val_first and val is None and callable(getattr(source, "val_dataloader", None)):
+        rng = rng_state()
+        try:
+            val = source.val_dataloader()
+        finally:
+            set_rng_state(rng)
     if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":
@@ -137,5 +147,5 @@ class LoaderSource:
         self._args = (strategy, use_distributed_sampler, module, "fit", train, val, datamodule)
         self.given = [name for name, obj in (("training", train), ("validation", val)) if obj is not None]
 
-    def request(self) -> tuple[Any, list[Any]]:
-        return resolve_loaders(*self._args)
+    def request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
+        return resolve_loaders(*self._args, val_first=val_first)

@@ -60,8 +60,9 @@ class TrainSource:
         self.resume_started = False  # the checkpoint's epoch had its iterator, not a batch yet
 
     # ---- set-up --------------------------------------------------------------------------------------
-    def setup(self, module: Any, train: Any, val: Any, datamodule: Any) -> None:
-        """Request the loaders (checked before any work); they are placed by :meth:`place`."""
+    def setup(self, module: Any, train: Any, val: Any, datamodule: Any, sanity_check: bool) -> None:
+        """Request the loaders (checked before any work); they are placed by :meth:`place`. Before a
+        sanity check, validation's come first, with their random draws undone (Lightning's order)."""
         trainer = self.trainer
         self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
         self._check_reload_source()
@@ -71,7 +72,7 @@ class TrainSource:
                 "drawn from the default generator as a RandomSampler draws it; seed_everything() decides it.",
                 stacklevel=5,
             )
-        self._pending = self._request()
+        self._pending = self._request(val_first=sanity_check)
         self.raw_train = self._pending[0]
 
     def draw_data_seed(self) -> None:
@@ -152,9 +153,9 @@ class TrainSource:
         with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
             return num_batches(self._sharded(self.raw_train), self.trainer.limits["train"])
 
-    def _request(self) -> tuple[Any, list[Any]]:
+    def _request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
         assert self.source is not None
-        train_loader, val_loaders = self.source.request()
+        train_loader, val_loaders = self.source.request(val_first)
         return unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:

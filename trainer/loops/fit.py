@@ -112,9 +112,9 @@ class FitLoop:
         if trainer.compile:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
-        self.data.setup(module, train, val, datamodule)
-        check_output_folders(trainer)
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
+        self.data.setup(module, train, val, datamodule, sanity_check=path is None and trainer.num_sanity_val_steps != 0)
+        check_output_folders(trainer)
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
         trainer.ckpt_path = None if restore is None else str(path)
         if restore is not None:
