@@ -126,6 +126,20 @@ def test_a_lightning_checkpoint_continues_to_lightnings_result(lightning_run: Pa
     assert float(stopping_ours.best_score) == pytest.approx(float(stopping_theirs.best_score), rel=1e-6)
 
 
+def test_our_checkpoint_in_an_epoch_continued_from_lightning_resumes_exactly(
+    lightning_run: Path, tmp_path: Path
+) -> None:
+    """Lightning's step=6 is one batch into epoch 1, whose loader then restarts; our step=9 in that epoch must
+    record the loader's own position (3 batches), not the epoch's count (4), for its resume to be exact."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        continued = _ours(tmp_path / "ours", lightning_run / "steps" / "step=6.ckpt")
+    again = _ours(tmp_path / "again", tmp_path / "ours" / "steps" / "step=9.ckpt")
+    assert again.global_step == continued.global_step
+    for mine, uninterrupted in zip(again.lightning_module.parameters(), continued.lightning_module.parameters()):
+        assert torch.equal(mine, uninterrupted)
+
+
 def _resaved(source: Path, target: Path, change: Any) -> Path:
     checkpoint = torch.load(source, weights_only=True)
     change(checkpoint)

@@ -197,7 +197,7 @@ class TrainSource:
                 f"its first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
                 stacklevel=2,
             )
-            progress.batches_done = 0
+            progress.batches_done = progress.loader_offset = 0
             self.epoch_rng = {}
             return
         raise ValueError(

@@ -198,8 +198,9 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         skip = progress.batches_done
-        data_skip = 0 if self.loader_restarts else skip  # Lightning's resume reads its loader from the start
-        self.loader_restarts = False
+        if self.loader_restarts:  # Lightning's resume reads its loader from the start
+            progress.loader_offset, self.loader_restarts = skip, False
+        data_skip = skip - progress.loader_offset
         loader = self.data.epoch_loader(progress.epoch, data_skip, self.val_loop.loaders)
         trainer.lightning_module.train()
         trainer.metric_log.start("train")

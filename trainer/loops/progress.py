@@ -18,9 +18,13 @@ class Progress:
     validated_at: int = -1  # total_batches when the last validation finished
     closed_at: int = 0  # total_batches when a batch's later work (validation, plateau schedulers) last finished
     epoch_finished: bool = False  # set while the epoch-end work runs: a checkpoint then belongs to the next epoch
+    # batches of this epoch counted before its loader started (a Lightning mid-epoch checkpoint's, whose loader
+    # restarts): the loader's position is batches_done - loader_offset
+    loader_offset: int = 0
 
     def start_epoch(self) -> None:
         self.batches_done = 0
+        self.loader_offset = 0
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,5 +39,5 @@ class Progress:
             setattr(self, key, value)
         if self.epoch_finished:
             self.epoch += 1
-            self.batches_done = 0
+            self.batches_done = self.loader_offset = 0
             self.epoch_finished = False
