@@ -30,6 +30,8 @@ DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     "finetuning": "Lightning's DDP does not average layers unfrozen after it wrapped the model; steadytrain wraps again"
     " (documented)",
     "gan": "Lightning's DDP refuses it (parameters unused by a loss need strategy='ddp_find_unused_parameters_true')",
+    "profiler_simple": "matches, but Lightning's second fit once reported other values under a loaded machine (1 run"
+    " of 6; its side varied, ours did not); the cause is not found yet",
 }
 DIFFERS_ON_TWO_RANKS.pop("tuner")  # with shuffling off, lr_find stops after 2 points on both sides, alike
 
