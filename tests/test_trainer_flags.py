@@ -3,8 +3,10 @@ profilers, anomaly detection, model summary and time limits."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,8 @@ def test_fast_dev_run_logs_to_a_dummy_logger_that_takes_any_call(tmp_path: Path)
     assert t.log_dir is None and t.logger.save_dir is None and t.logger.version == ""
     assert not list(tmp_path.rglob("*"))  # it writes nothing
     assert quiet(tmp_path, fast_dev_run=True, logger=False).loggers == []
+    copied = copy.deepcopy(t.logger)  # copy and pickle see a plain object, not a no-op ``__deepcopy__``
+    assert isinstance(copied, DummyLogger) and isinstance(pickle.loads(pickle.dumps(t.logger)), DummyLogger)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "yes"])

@@ -9,14 +9,23 @@ from typing_extensions import override
 from trainer.loggers.base import Logger
 
 
+def nop(*args: Any, **kwargs: Any) -> None:
+    """What any method of a dummy does."""
+
+
+def _nop_method(name: str) -> Any:
+    """``nop`` for an ordinary name; a special one (``__deepcopy__``, ``__getstate__``, ...) stays missing, so
+    copy and pickle treat a dummy as the plain object it is."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    return nop
+
+
 class DummyExperiment:
     """Takes any call, item or attribute and does nothing (``self.logger.experiment.add_image(...)``)."""
 
-    def nop(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __getattr__(self, _: str) -> Any:
-        return self.nop
+    def __getattr__(self, name: str) -> Any:
+        return _nop_method(name)
 
     def __getitem__(self, _: Any) -> DummyExperiment:
         return self
@@ -46,5 +55,5 @@ class DummyLogger(Logger):
     def __getitem__(self, _: int) -> DummyLogger:
         return self  # Lightning's: ``trainer.logger[0]`` works on a DummyLogger too
 
-    def __getattr__(self, _: str) -> Any:
-        return self._experiment.nop  # any other logger method: a no-op
+    def __getattr__(self, name: str) -> Any:
+        return _nop_method(name)  # any other logger method: a no-op
