@@ -170,6 +170,20 @@ def _lightning_ddp_no_shuffle() -> None:
     DistributedSampler.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _destroy_lightning_group() -> None:
+    """Lightning leaves the process group to the interpreter's teardown, where a gloo worker thread
+    still holding work can abort the process ("terminate called without an active exception",
+    pytorch/pytorch#190489) after the script has finished. steadytrain destroys its group at exit
+    (trainer/strategies/parallel.py); the Lightning run gets the same, so a clean run exits 0."""
+    import time
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        time.sleep(0.05)  # let gloo's worker threads drop their last work first, as steadytrain does
+        dist.destroy_process_group()
+
+
 def _install() -> None:
     global _print
     import torch
@@ -184,6 +198,7 @@ def _install() -> None:
         from lightning.pytorch.trainer.connectors.logger_connector import logger_connector
 
         logger_connector._TENSORBOARD_AVAILABLE = logger_connector._TENSORBOARDX_AVAILABLE = False
+        atexit.register(_destroy_lightning_group)  # registered before _write, so it runs after it
     else:
         from trainer import Trainer
     for call in ("fit", "validate", "test", "predict"):
