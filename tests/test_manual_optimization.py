@@ -109,3 +109,40 @@ def test_clip_gradients_in_training_step_clips_the_global_gradient_on_two_ranks(
                 diff = (got["params"][name] - want).abs().max().item()
                 assert diff <= 1e-5, f"{algorithm} rank {rank} {name}: {diff}"
             assert got["seen"] == pytest.approx(one["seen"], abs=1e-5), (algorithm, rank)  # p.grad is global
+
+
+class _Toggling(trainer.Module):
+    """Two optimizers sharing one layer; records ``requires_grad`` while toggled and after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.shared, self.first, self.second = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+        self.first.bias.requires_grad = False  # the user's own choice: toggling must keep it
+        self.seen: list[dict[str, bool]] = []
+
+    def _flags(self) -> dict[str, bool]:
+        return {name: p.requires_grad for name, p in self.named_parameters()}
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        opt_first, _ = self.optimizers()
+        self.toggle_optimizer(opt_first)
+        self.seen.append(self._flags())
+        self.untoggle_optimizer(opt_first)
+        self.seen.append(self._flags())
+
+    def configure_optimizers(self) -> Any:
+        first = torch.optim.SGD([*self.shared.parameters(), *self.first.parameters()], lr=0.1)
+        second = torch.optim.SGD([*self.shared.parameters(), *self.second.parameters()], lr=0.1)
+        return [first, second]
+
+
+def test_toggle_optimizer_freezes_only_the_other_optimizers_parameters_and_untoggle_restores_them(
+    tmp_path: Path,
+) -> None:
+    module = _Toggling()
+    before = module._flags()
+    quiet(tmp_path, max_epochs=1).fit(module, DataLoader(torch.randn(4, 2), batch_size=4))
+    toggled, untoggled = module.seen
+    assert toggled == {**before, "second.weight": False, "second.bias": False}  # shared stays trainable
+    assert untoggled == before  # first.bias stays frozen: it was the user's choice

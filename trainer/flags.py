@@ -103,7 +103,7 @@ def check_counts(values: dict[str, Any]) -> None:
 
 
 def debug_limits(values: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """limit_*_batches as ``fast_dev_run`` and ``overfit_batches`` set them (Lightning's rules)."""
+    """limit_*_batches as ``fast_dev_run`` and ``overfit_batches`` set them (Lightning's rules), checked."""
     fast, overfit = values["fast_dev_run"], values["overfit_batches"]
     if isinstance(fast, bool) or fast is None:
         fast = int(bool(fast))
@@ -115,6 +115,8 @@ def debug_limits(values: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         limits = [fast] * 4
     if overfit:
         limits[0] = limits[1] = overfit
+    for stage, value in zip(("train", "val", "test", "predict"), limits):
+        check_limit(f"limit_{stage}_batches", value)
     return limits[0], limits[1], limits[2], limits[3]
 
 

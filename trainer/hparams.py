@@ -9,6 +9,7 @@ lists, tuples and dicts of them) are stored; ``plain_values`` says which are lef
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import types
 import warnings
@@ -95,6 +96,22 @@ def save_hyperparameters(
 
 
 # ---- reading ``__init__`` arguments -------------------------------------------------------------------
+def record_init_args(init: Any) -> Any:
+    """Wrap a subclass ``__init__`` so the outermost call's arguments are recorded as ``hparams``
+    (unless ``save_hyperparameters`` chose them), so ``load_from_checkpoint`` can rebuild any module."""
+
+    @functools.wraps(init)
+    def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> None:
+        outermost = not self.__dict__.get("_hparams_recorded", False)
+        if outermost:
+            object.__setattr__(self, "_hparams_recorded", True)
+        init(self, *args, **kwargs)
+        if outermost:
+            state_of(self).record(bound_init_args(init, self, args, kwargs))
+
+    return wrapper
+
+
 def bound_init_args(init: Any, obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """One ``__init__`` call's arguments by name: defaults filled, ``**kwargs`` merged, ``*args`` left out."""
     signature = inspect.signature(init)

@@ -8,7 +8,6 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -28,22 +27,6 @@ if TYPE_CHECKING:
     from trainer.view import TrainerView
 
 
-def _record_init_args(init: Any) -> Any:
-    """Wrap a subclass ``__init__`` so the outermost call's arguments are recorded as ``hparams``
-    (unless ``save_hyperparameters`` chose them), so ``load_from_checkpoint`` can rebuild any module."""
-
-    @functools.wraps(init)
-    def wrapper(self: Module, *args: Any, **kwargs: Any) -> None:
-        outermost = not self.__dict__.get("_hparams_recorded", False)
-        if outermost:
-            object.__setattr__(self, "_hparams_recorded", True)
-        init(self, *args, **kwargs)
-        if outermost:
-            self._hparams_state().record(hparams_lib.bound_init_args(init, self, args, kwargs))
-
-    return wrapper
-
-
 class Module(nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers`` (the rest is optional).
 
@@ -55,7 +38,7 @@ class Module(nn.Module):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:
-            cls.__init__ = _record_init_args(cls.__dict__["__init__"])  # type: ignore[method-assign]
+            cls.__init__ = hparams_lib.record_init_args(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         super().__init__()
@@ -237,23 +220,11 @@ class Module(nn.Module):
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``; the others are frozen."""
-        own = {id(p) for group in _unwrap(optimizer).param_groups for p in group["params"]}
-        saved: dict[int, bool] = {}
-        for other in self._optimization().optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) not in own and id(param) not in saved:
-                        saved[id(param)] = param.requires_grad
-                        param.requires_grad = False
-        object.__setattr__(self, "_toggled", saved)
+        self._optimization().toggle(_unwrap(optimizer))
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
         """Give the parameters ``toggle_optimizer`` froze back their ``requires_grad``."""
-        saved: dict[int, bool] = self.__dict__.get("_toggled", {})
-        for param in self.parameters():
-            if id(param) in saved:
-                param.requires_grad = saved[id(param)]
-        object.__setattr__(self, "_toggled", {})
+        self._optimization().untoggle()
 
     def _optimization(self) -> Any:
         optimization = self.trainer.fit_loop.optimization
@@ -478,34 +449,9 @@ class Module(nn.Module):
         is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A sharded
         checkpoint directory (``strategy="fsdp"``) loads too, on one process.
         """
-        from trainer.checkpoint import load_checkpoint, load_weights
-        from trainer.checkpoint.io import CheckpointError
-        from trainer.checkpoint.sharded import load_sharded
+        from trainer.checkpoint.rebuild import rebuild_module
 
-        if Path(path).is_dir():  # a sharded (FSDP) checkpoint: read whole, on this process
-            checkpoint = load_sharded(path)
-        else:
-            checkpoint = load_checkpoint(path, map_location=map_location, trusted_classes=trusted_classes)
-        saved = checkpoint.get("hyper_parameters", checkpoint.get("hparams", {}))
-        namespace = checkpoint.get("hparams_type") == "Namespace"
-        kwargs, dropped = hparams_lib.rebuild_kwargs(cls.__init__, saved, checkpoint.get("hparams_name"), namespace)
-        written_by = checkpoint.get("module_class", "an unknown class")
-        writer = f"the checkpoint was written by {written_by} with hyper-parameters {sorted(saved)}"
-        try:
-            module = cls(**{**kwargs, **overrides})
-        except TypeError as err:
-            raise TypeError(
-                f"{cls.__name__}.load_from_checkpoint({str(path)!r}): {writer}, and {cls.__name__}.__init__ does not "
-                f"take them ({err}). Load it with that class, or pass the arguments yours needs as keywords."
-            ) from err
-        try:
-            load_weights(module, checkpoint, strict=strict)
-        except CheckpointError as err:
-            if written_by == f"{cls.__module__}.{cls.__qualname__}":
-                raise
-            unused = f" ({dropped} dropped: {cls.__name__}.__init__ does not take them)" if dropped else ""
-            raise CheckpointError(f"{err} Note: {writer}{unused}; load it with that class.") from err
-        return module
+        return rebuild_module(cls, path, map_location, strict, trusted_classes, overrides)
 
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""

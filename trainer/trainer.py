@@ -18,7 +18,9 @@ import torch
 import trainer.flags as flags
 from trainer.accelerators import select_strategy
 from trainer.callbacks.base import Callback
+from trainer.callbacks.defaults import checkpointing_last, with_defaults
 from trainer.loggers.base import Logger
+from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
@@ -144,13 +146,6 @@ class Trainer:
         flags.check_counts(locals())
         flags.check_choices(locals())
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = flags.debug_limits(locals())
-        for name, value in (
-            ("limit_train_batches", limit_train_batches),
-            ("limit_val_batches", limit_val_batches),
-            ("limit_test_batches", limit_test_batches),
-            ("limit_predict_batches", limit_predict_batches),
-        ):
-            flags.check_limit(name, value)
         self.val_check_interval = flags.check_val_check_interval(val_check_interval)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
@@ -189,8 +184,6 @@ class Trainer:
             n = int(fast_dev_run)
             self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, n, 0
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-            if logger is not False and logger is not None:  # checkpoints and early stopping skip themselves
-                logger = DummyLogger()  # as Lightning: ``self.logger`` still takes calls; log_dir is None
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
         self.default_root_dir = os.fspath(default_root_dir)  # a str, as Lightning's
         self.ckpt_path: str | None = None  # the checkpoint the last fit/validate/test/predict loaded, as Lightning's
@@ -200,8 +193,8 @@ class Trainer:
         self.compile = compile
         self.seed = seed
         self.requeue_signal = requeue_signal
-        self.loggers = self._build_loggers(logger)
-        self.callbacks = self._build_callbacks(
+        self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
+        self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
         )
         self.should_stop = False  # callbacks and modules may set it
@@ -217,57 +210,6 @@ class Trainer:
         if deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-    # ---- construction helpers ------------------------------------------------------------
-    def _build_loggers(self, logger: bool | Logger | Iterable[Logger]) -> list[Logger]:
-        if logger is True:
-            from trainer.loggers.csv import CSVLogger
-
-            return [CSVLogger(save_dir=str(self.default_root_dir))]
-        if logger is False or logger is None:
-            return []
-        loggers = [logger] if isinstance(logger, Logger) else list(logger)
-        bad = [type(lg).__name__ for lg in loggers if not isinstance(lg, Logger)]
-        if bad:
-            raise TypeError(f"logger= takes True/False, a Logger or a list of them; got {', '.join(bad)}.")
-        return loggers
-
-    def _build_callbacks(
-        self,
-        callbacks: Callback | Iterable[Callback] | None,
-        progress: bool,
-        checkpointing: bool,
-        summary: bool,
-        max_time: Any,
-    ) -> list[Callback]:
-        """The given callbacks plus the defaults that the ``enable_*`` flags and ``max_time`` ask for."""
-        from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
-
-        given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
-        for cb in given:
-            if isinstance(cb, type):
-                name = cb.__name__
-                raise TypeError(f"callbacks= takes Callback instances; got the class {name}: write {name}().")
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks= takes Callback instances; got {type(cb).__name__} ({cb!r:.60}).")
-        if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
-            given.append(ModelCheckpoint())
-        if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):
-            raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
-        bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
-        if bars and not progress:
-            raise ValueError(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
-        if len(bars) > 1:
-            raise ValueError(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
-        if progress and not bars:
-            given.append(TQDMProgressBar())
-        if summary and not any(isinstance(cb, ModelSummary) for cb in given):
-            given.append(ModelSummary())
-        if max_time is not None:
-            if any(isinstance(cb, Timer) for cb in given):
-                raise ValueError("max_time= and a Timer in callbacks= both set a time limit: keep one.")
-            given.append(Timer(duration=max_time, interval="step"))
-        return _checkpointing_last(given)
 
     # ---- the run's facts, read-only ----------------------------------------------------------
     @property
@@ -477,7 +419,7 @@ class Trainer:
         self.state = flags.TrainerState()
 
     def set_callbacks(self, callbacks: list[Callback]) -> None:
-        self.callbacks = _checkpointing_last(callbacks)
+        self.callbacks = checkpointing_last(callbacks)
 
     # ---- entry points --------------------------------------------------------------------
     def fit(
@@ -550,10 +492,3 @@ class Trainer:
         if self.state.fn == "fit" and self.fit_loop.step is not None:
             self.fit_loop.step.check_nonfinite()
         self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))
-
-
-def _checkpointing_last(callbacks: list[Callback]) -> list[Callback]:
-    """Checkpointing runs last, so it sees what every other callback did in the same hook."""
-    from trainer.callbacks import ModelCheckpoint
-
-    return sorted(callbacks, key=lambda cb: isinstance(cb, ModelCheckpoint))

@@ -72,6 +72,7 @@ class Optimization:
         self.lr_scheduler_configs = schedulers
         self.wrapped = [StepOptimizer(opt, self) for opt in optimizers]
         self.manual = not trainer.lightning_module.automatic_optimization
+        self.frozen: dict[int, bool] = {}  # requires_grad of the parameters ``toggle`` froze, by id
         self.resolve()
 
     # ---- backward ----------------------------------------------------------------------------------
@@ -85,6 +86,26 @@ class Optimization:
         with trainer.strategy.manual_backward_sync() if self.manual else contextlib.nullcontext():
             trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
         hooks.call(trainer, "on_after_backward")
+
+    # ---- toggling (GANs: one optimizer's parameters train, the others' are frozen) --------------------
+    def toggle(self, optimizer: torch.optim.Optimizer) -> None:
+        """Freeze every parameter of the other optimizers that ``optimizer`` does not also hold."""
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self.frozen = {}
+        for other in self.optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    if id(param) not in own and id(param) not in self.frozen:
+                        self.frozen[id(param)] = param.requires_grad
+                        param.requires_grad = False
+
+    def untoggle(self) -> None:
+        """Give the parameters ``toggle`` froze back their ``requires_grad``."""
+        for other in self.optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    param.requires_grad = self.frozen.pop(id(param), param.requires_grad)
+        self.frozen = {}
 
     # ---- clipping ------------------------------------------------------------------------------------
     def clip_gradients(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:

@@ -1,0 +1,54 @@
+"""The callbacks a Trainer adds by itself (its ``enable_*`` flags and ``max_time``), and their order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from trainer.callbacks.base import Callback
+
+
+def with_defaults(
+    callbacks: Callback | Iterable[Callback] | None,
+    progress: bool,
+    checkpointing: bool,
+    summary: bool,
+    max_time: Any,
+) -> list[Callback]:
+    """The given callbacks plus the defaults the flags ask for; a flag that contradicts a given
+    callback is an error, not a silent choice."""
+    from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar
+    from trainer.callbacks.timer import Timer
+
+    given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+    for cb in given:
+        if isinstance(cb, type):
+            name = cb.__name__
+            raise TypeError(f"callbacks= takes Callback instances; got the class {name}: write {name}().")
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks= takes Callback instances; got {type(cb).__name__} ({cb!r:.60}).")
+    if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        given.append(ModelCheckpoint())
+    if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):
+        raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
+    bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
+    if bars and not progress:
+        raise ValueError(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
+    if len(bars) > 1:
+        raise ValueError(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
+    if progress and not bars:
+        given.append(TQDMProgressBar())
+    if summary and not any(isinstance(cb, ModelSummary) for cb in given):
+        given.append(ModelSummary())
+    if max_time is not None:
+        if any(isinstance(cb, Timer) for cb in given):
+            raise ValueError("max_time= and a Timer in callbacks= both set a time limit: keep one.")
+        given.append(Timer(duration=max_time, interval="step"))
+    return checkpointing_last(given)
+
+
+def checkpointing_last(callbacks: list[Callback]) -> list[Callback]:
+    """Checkpointing runs last, so it sees what every other callback did in the same hook."""
+    from trainer.callbacks import ModelCheckpoint
+
+    return sorted(callbacks, key=lambda cb: isinstance(cb, ModelCheckpoint))

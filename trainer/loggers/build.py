@@ -1,0 +1,33 @@
+"""The loggers a Trainer's ``logger=`` flag stands for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from trainer.loggers.base import Logger
+
+
+def build_loggers(
+    logger: bool | Logger | Iterable[Logger] | None, default_root_dir: str, fast_dev_run: bool
+) -> list[Logger]:
+    """True: a CSVLogger under ``default_root_dir``; False or None: none; else the Logger(s) given.
+
+    Under ``fast_dev_run`` any logger becomes a DummyLogger, as in Lightning: ``self.logger`` still
+    takes calls, nothing is written and ``log_dir`` is None.
+    """
+    if logger is False or logger is None:
+        return []
+    if logger is not True:
+        loggers = [logger] if isinstance(logger, Logger) else list(logger)
+        bad = [type(lg).__name__ for lg in loggers if not isinstance(lg, Logger)]
+        if bad:
+            raise TypeError(f"logger= takes True/False, a Logger or a list of them; got {', '.join(bad)}.")
+    if fast_dev_run:
+        from trainer.loggers.dummy import DummyLogger
+
+        return [DummyLogger()]
+    if logger is True:
+        from trainer.loggers.csv import CSVLogger
+
+        return [CSVLogger(save_dir=default_root_dir)]
+    return loggers
