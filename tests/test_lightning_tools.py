@@ -279,3 +279,24 @@ def test_move_data_to_device_moves_nested_tensors() -> None:
     moved = move_data_to_device(batch, "meta")  # a device every machine has, unlike the tensors' own
     assert moved["pair"][1] == "label" and moved["x"].shape == (2,)
     assert moved["x"].device.type == moved["pair"][0].device.type == "meta" and batch["x"].device.type == "cpu"
+
+
+def test_isolate_rng_puts_every_generator_back_even_when_the_block_raises() -> None:
+    import random
+
+    import numpy as np
+
+    exec(port("from lightning.pytorch.utilities.seed import isolate_rng"), namespace := {})
+    isolate_rng = namespace["isolate_rng"]
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    expected = (torch.rand(2), random.random(), np.random.rand())
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    with pytest.raises(ZeroDivisionError), isolate_rng():
+        torch.rand(5), random.random(), np.random.rand(3)
+        1 / 0  # noqa: B018
+    after = (torch.rand(2), random.random(), np.random.rand())
+    assert torch.equal(after[0], expected[0]) and after[1:] == expected[1:]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
@@ -64,3 +66,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextmanager
+def isolate_rng(include_cuda: bool = True) -> Iterator[None]:
+    """Draws made inside leave python's, numpy's and torch's generators as they were on entry (also
+    when the block raises), as Lightning's ``isolate_rng``; ``include_cuda=False`` leaves CUDA's out."""
+    state = rng_state()
+    if not include_cuda:
+        state.pop("cuda", None)
+    try:
+        yield
+    finally:
+        set_rng_state(state)

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
-from trainer.seed import rng_state, set_rng_state
+from trainer.seed import isolate_rng
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -109,11 +109,8 @@ def resolve_loaders(
     source: Any = datamodule if datamodule is not None else module
     name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
     if val_first and val is None and callable(getattr(source, "val_dataloader", None)):
-        rng = rng_state()
-        try:
+        with isolate_rng():
             val = source.val_dataloader()
-        finally:
-            set_rng_state(rng)
     if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":

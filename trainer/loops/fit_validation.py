@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import trainer.loops.hooks as hooks
 from trainer.loops.epoch_parts import val_check_batch
 from trainer.loops.evaluation import EvaluationLoop
-from trainer.seed import rng_state, set_rng_state
+from trainer.seed import isolate_rng
 
 if TYPE_CHECKING:
     from trainer.loops.progress import Progress
@@ -77,11 +77,10 @@ class FitValidation:
         if steps == 0 or not self.loop.loaders:
             return
         trainer.state.stage = "sanity_check"
-        rng = rng_state()  # Lightning isolates the sanity check's draws (and only those) from training's
-        hooks.call_callbacks(trainer, "on_sanity_check_start")
-        try:
-            self.loop.run(max_batches=None if steps < 0 else steps, publish=False)
-        finally:
-            trainer.state.stage = "train"
-        hooks.call_callbacks(trainer, "on_sanity_check_end")
-        set_rng_state(rng)
+        with isolate_rng():  # Lightning isolates the sanity check's draws (and only those) from training's
+            hooks.call_callbacks(trainer, "on_sanity_check_start")
+            try:
+                self.loop.run(max_batches=None if steps < 0 else steps, publish=False)
+            finally:
+                trainer.state.stage = "train"
+            hooks.call_callbacks(trainer, "on_sanity_check_end")

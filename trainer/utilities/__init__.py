@@ -1,5 +1,5 @@
 """What a Lightning script imports from ``lightning.pytorch.utilities`` (and its ``rank_zero``, ``grads``,
-``types``, ``memory`` modules): a port's ``from trainer.utilities import ...`` finds it here."""
+``types``, ``memory``, ``seed`` modules): a port's ``from trainer.utilities import ...`` finds it here."""
 
 from trainer.data.device import move_to_device as move_data_to_device
 from trainer.hparams import AttributeDict
@@ -14,6 +14,7 @@ from trainer.utilities.rank_zero import (
     rank_zero_only,
     rank_zero_warn,
 )
+from trainer.utilities.seed import isolate_rng
 from trainer.utilities.types import EVAL_DATALOADERS, STEP_OUTPUT, TRAIN_DATALOADERS, OptimizerLRScheduler
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "garbage_collection_cuda",
     "grad_norm",
     "is_oom_error",
+    "isolate_rng",
     "move_data_to_device",
     "rank_prefixed_message",
     "rank_zero_debug",
