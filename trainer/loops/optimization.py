@@ -72,7 +72,7 @@ class Optimization:
         self.lr_scheduler_configs = schedulers
         self.wrapped = [StepOptimizer(opt, self) for opt in optimizers]
         self.manual = not trainer.lightning_module.automatic_optimization
-        self.frozen: dict[int, bool] = {}  # requires_grad of the parameters ``toggle`` froze, by id
+        self.frozen: dict[int, tuple[torch.Tensor, bool]] = {}  # by id: a parameter ``toggle`` froze, its flag
         self.resolve()
 
     # ---- backward ----------------------------------------------------------------------------------
@@ -96,15 +96,13 @@ class Optimization:
             for group in other.param_groups:
                 for param in group["params"]:
                     if id(param) not in own and id(param) not in self.frozen:
-                        self.frozen[id(param)] = param.requires_grad
+                        self.frozen[id(param)] = (param, param.requires_grad)
                         param.requires_grad = False
 
     def untoggle(self) -> None:
         """Give the parameters ``toggle`` froze back their ``requires_grad``."""
-        for other in self.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    param.requires_grad = self.frozen.pop(id(param), param.requires_grad)
+        for param, requires_grad in self.frozen.values():
+            param.requires_grad = requires_grad
         self.frozen = {}
 
     # ---- clipping ------------------------------------------------------------------------------------
