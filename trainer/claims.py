@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import socket
@@ -28,7 +29,12 @@ if TYPE_CHECKING:
 
 # Filesystems without hard links answer link() with one of these; O_EXCL claims there instead.
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK}
-_HOST = re.sub(r"[^\w.-]", "_", socket.gethostname())
+
+
+@functools.cache
+def _host() -> str:
+    """This machine's name as a file name may hold it (claims of several machines on one NFS folder differ)."""
+    return re.sub(r"[^\w.-]", "_", socket.gethostname())
 
 
 # ---- run folders ----------------------------------------------------------------------------------------
@@ -70,7 +76,7 @@ def claim_file(path: str | os.PathLike[str]) -> bool:
     """Create ``path`` empty if nobody has it: True when this call made it, False when it existed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mine = path.with_name(f".{path.name}.claim-{os.getpid()}-{_HOST}")
+    mine = path.with_name(f".{path.name}.claim-{os.getpid()}-{_host()}")
     try:
         with open(mine, "xb"):
             pass
