@@ -120,7 +120,12 @@ def test_a_version_is_claimed_when_chosen_and_given_back_when_a_resume_replaces_
 
 
 def test_other_ranks_never_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.loggers import folder as folder_module
+
     monkeypatch.setenv("RANK", "1")
+    if not torch.distributed.is_initialized():
+        assert folder_module.global_rank() == 1  # the launcher's environment, before any process group
+    monkeypatch.setattr(folder_module, "global_rank", lambda: 1)
     folder = RunFolder(str(tmp_path), "default")
     assert folder.version == 0 and not (tmp_path / "default").exists()  # a guess until rank zero's arrives
     folder.version = 3  # share_run_folders
