@@ -41,10 +41,14 @@ def test_process_start_time_is_when_this_process_started() -> None:
 
 # ---- precedence ----------------------------------------------------------------------------------
 def fake_trainer(root: Path) -> Any:
-    """What ``fit_checkpoint_path`` reads: the strategy, rank zero, the checkpoint folders."""
+    """What ``fit_checkpoint_path`` reads: the strategy, rank zero, the checkpoint folders, the loggers."""
     callback = SimpleNamespace(dirpath=root / "ckpts")
     return SimpleNamespace(
-        strategy=SingleDeviceStrategy(), is_global_zero=True, checkpoint_callbacks=[callback], default_root_dir=root
+        strategy=SingleDeviceStrategy(),
+        is_global_zero=True,
+        checkpoint_callbacks=[callback],
+        default_root_dir=root,
+        loggers=[],
     )
 
 

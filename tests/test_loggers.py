@@ -114,7 +114,8 @@ def test_csv_constructing_is_free_and_version_is_next_free(tmp_path: Path) -> No
     assert not (tmp_path / "new").exists()
     logger = CSVLogger(save_dir=str(tmp_path), name="exp")
     assert logger.log_dir == str(tmp_path / "exp" / "version_4")
-    assert not os.path.exists(logger.log_dir)
+    assert os.listdir(logger.log_dir) == []  # claimed when chosen, so a run started beside it takes version_5
+    assert CSVLogger(save_dir=str(tmp_path), name="exp").log_dir == str(tmp_path / "exp" / "version_5")
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.finalize("success")
     assert os.path.exists(os.path.join(logger.log_dir, "metrics.csv"))

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainer.callbacks.base import Callback
+from trainer.claims import RunNames
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -92,6 +94,7 @@ class ModelCheckpoint(Callback):
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
+        self._names = RunNames(self._in_state)  # the checkpoint names this run may replace
 
     @property
     def state_key(self) -> str:
@@ -112,6 +115,8 @@ class ModelCheckpoint(Callback):
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
+        if stage == "fit" and trainer.is_global_zero:
+            self._warn_if_dir_not_empty()
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
 
@@ -160,45 +165,92 @@ class ModelCheckpoint(Callback):
 
     # ---- saving ---------------------------------------------------------------------------------------
     def save(self, trainer: Trainer) -> None:
-        """Collective: rank zero decides, the checkpoint is built and written once, ``last`` links to it."""
+        """Collective: rank zero decides and claims the names, the checkpoint is built and written once, ``last``
+        links to it."""
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = True
         score = self._score(trainer)
         self.current_score = score
-        path = self._path(trainer)
-        keep = bool(trainer.strategy.broadcast(self._should_keep(score, str(path))))
-        dropped = self._remember(str(path), score) if keep else []
-        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
+        keep, path, last = trainer.strategy.broadcast(self._choose(name, score) if trainer.is_global_zero else None)
+        dropped = self._remember(path, score) if keep else []
         if self.save_last:
-            self.last_model_path = str(last)
+            self.last_model_path = last
         if not keep and not self.save_last:
             return
-        trainer.save_checkpoint(path if keep else last, weights_only=self.save_weights_only)
-        if keep and self.save_last:
-            if trainer.is_global_zero:
-                from trainer.checkpoint.sharded import link_any_checkpoint
-
-                link_any_checkpoint(path, last)
-            trainer.strategy.barrier()
+        self._write(trainer, Path(path if keep else last), link=Path(last) if keep and self.save_last else None)
         self._delete(trainer, dropped)
         if trainer.is_global_zero:
             for lg in trainer.loggers:
                 lg.after_save_checkpoint(self)
         if self.verbose and trainer.is_global_zero:
-            self._report(trainer, path if keep else last, score, keep)
+            self._report(trainer, Path(path if keep else last), score, keep)
 
     def _write_last(self, trainer: Trainer) -> None:
         """``last.ckpt`` alone, outside the top-k (collective, as ``save``)."""
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._saved_this_fit = True
-        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
-        self.last_model_path = str(last)
-        trainer.save_checkpoint(last, weights_only=self.save_weights_only)
+        self.last_model_path = trainer.strategy.broadcast(str(self._last_path()) if trainer.is_global_zero else None)
+        self._write(trainer, Path(self.last_model_path))
         if self.verbose and trainer.is_global_zero:
-            self._report(trainer, last, 0.0, kept=False)
+            self._report(trainer, Path(self.last_model_path), 0.0, kept=False)
+
+    def _write(self, trainer: Trainer, path: Path, link: Path | None = None) -> None:
+        """Save ``path`` (and make ``link`` the same checkpoint); a failure gives back the names claimed for it."""
+        try:
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            if link is not None:
+                if trainer.is_global_zero:
+                    from trainer.checkpoint.sharded import link_any_checkpoint
+
+                    link_any_checkpoint(path, link)
+                trainer.strategy.barrier()
+        except BaseException:
+            if trainer.is_global_zero:
+                self._names.give_back_new()  # their placeholders: never a checkpoint that was written
+            raise
+        self._names.new = []
+
+    # ---- names: a run replaces only its own files ------------------------------------------------------
+    def _choose(self, name: str, score: float) -> tuple[bool, str, str]:
+        """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
+        assert self.dirpath is not None
+        ext, counter = self.FILE_EXTENSION, self.enable_version_counter
+        keep = self._should_keep(score, str(self._names.free(self.dirpath, name, ext, counter)))
+        path = self._names.claim(self.dirpath, name, ext, counter) if keep else Path()
+        last = self._last_path() if self.save_last else Path()
+        return keep, str(path), str(last)
+
+    def _in_state(self, path: str) -> bool:
+        """Named in this callback's state: written by this run, or by the run it resumed."""
+        return path in self.best_k_models or path in (self.best_model_path, self.last_model_path)
+
+    def _last_path(self) -> Path:
+        """Rank zero: this run's last checkpoint, ``last.ckpt`` unless another run wrote that (then ``last-v1.ckpt``,
+        as Lightning names it, and said once)."""
+        assert self.dirpath is not None
+        current = Path(self.last_model_path) if self.last_model_path else None
+        if current is not None and current.parent == Path(self.dirpath):
+            return current
+        stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
+        path = self._names.claim(self.dirpath, stem, ext, self.enable_version_counter)
+        if path.name != f"{stem}{ext}":
+            warnings.warn(
+                f"ModelCheckpoint: {path.with_name('last.ckpt')} was written by another run, so this run keeps its "
+                f"last checkpoint in {path.name} and leaves that one alone. fit(ckpt_path='last') takes the newest "
+                "of them; pass this file's path to resume this run.",
+                stacklevel=2,
+            )
+        return path
+
+    def _warn_if_dir_not_empty(self) -> None:
+        """Lightning's warning: another run's checkpoints may be there (they are never replaced: see ``RunNames``)."""
+        assert self.dirpath is not None
+        if self.save_top_k != 0 and os.path.isdir(self.dirpath) and os.listdir(self.dirpath):
+            warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
 
     def _report(self, trainer: Trainer, path: Path, score: float, kept: bool) -> None:
         where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
@@ -221,16 +273,6 @@ class ModelCheckpoint(Callback):
                 f"{sorted(trainer.callback_metrics) or 'nothing'}. Log it with self.log({self.monitor!r}, ...)."
             )
         return float(value)
-
-    def _path(self, trainer: Trainer) -> Path:
-        assert self.dirpath is not None
-        name = self.format_checkpoint_name(self._candidates(trainer))
-        path = Path(self.dirpath) / f"{name}{self.FILE_EXTENSION}"
-        version = 1
-        while self.enable_version_counter and path.exists() and str(path) not in self.best_k_models:
-            path = Path(self.dirpath) / f"{name}-v{version}{self.FILE_EXTENSION}"
-            version += 1
-        return path
 
     def _candidates(self, trainer: Trainer) -> dict[str, Any]:
         values: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}

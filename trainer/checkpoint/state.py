@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 
 from trainer.checkpoint import lightning_schema
-from trainer.checkpoint.io import CheckpointError, load_checkpoint
+from trainer.checkpoint.io import load_checkpoint
+from trainer.checkpoint.last import checkpoint_folders, resolve_checkpoint_path
 from trainer.checkpoint.restore import Restore, Source, states_now
-from trainer.checkpoint.sharded import is_checkpoint_path
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -169,40 +169,11 @@ def _upgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return checkpoint
 
 
-def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None:
-    """``"last"`` is the newest complete checkpoint under the run folders, or None (fresh start)."""
-    if str(ckpt_path) != "last":
-        path = Path(ckpt_path)
-        if not is_checkpoint_path(path):
-            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist or is not a file.")
-        return path
-    from trainer.checkpoint.io import newest_checkpoint
-
-    folders = checkpoint_folders(trainer)
-    found = newest_checkpoint(folders)
-    torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt"))
-    if found is None and torn:
-        raise CheckpointError(
-            f"ckpt_path='last' found checkpoints, but none is complete and intact: {', '.join(torn[:5])}. They were "
-            "cut off or damaged (a copy that did not finish? a failing disk?); resume from another one by path, or "
-            "move them away to start fresh."
-        )
-    if found is None and trainer.is_global_zero:
-        print(f"steadytrain: ckpt_path='last' found no checkpoint under {trainer.default_root_dir}; starting fresh.")
-    return found
-
-
-def checkpoint_folders(trainer: TrainerView) -> list[Path]:
-    """Where a run's checkpoints are: every ModelCheckpoint's dirpath, and ``default_root_dir``'s checkpoint folders."""
-    folders = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if cb.dirpath]
-    folders += [p for p in Path(trainer.default_root_dir).glob("**/checkpoints") if p.is_dir() and p not in folders]
-    return folders
-
-
 __all__ = [
     "FORMAT",
     "Checkpoint",
     "build_checkpoint",
+    "checkpoint_folders",
     "load_checkpoint",
     "open_checkpoint",
     "read_checkpoint",

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import csv
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -128,6 +129,7 @@ class CSVLogger(FolderLogger):
         self._rows: list[dict[str, float]] = []
         self._hparams: dict[str, Any] | None = None
         self._keep: int | None = None  # rows of the checkpointed run to keep, set on resume
+        self._fresh = True  # nothing written or resumed yet: a given version's old files are checked once
         self._exit_hook: Callable[[], None] | None = None
 
     @override
@@ -185,6 +187,7 @@ class CSVLogger(FolderLogger):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue in the checkpointed run's folder; call it before logging anything."""
         self._folder.version = state["version"]
+        self._fresh = False  # the checkpointed run's own folder: its files are this run's
         if self._file is not None:
             self._file.close()
         self._file = None
@@ -192,6 +195,7 @@ class CSVLogger(FolderLogger):
 
     def _metrics_file(self) -> MetricsFile:
         if self._file is None:
+            self._start_fresh()
             self._file = MetricsFile(os.path.join(self.log_dir, "metrics.csv"))
         return self._file
 
@@ -202,10 +206,29 @@ class CSVLogger(FolderLogger):
     def _write_hparams(self) -> None:
         import yaml
 
+        self._start_fresh()
         os.makedirs(self.log_dir, exist_ok=True)
         with open(os.path.join(self.log_dir, "hparams.yaml"), "w") as f:
             yaml.safe_dump(self._hparams, f, sort_keys=False)
         self._hparams = None
+
+    def _start_fresh(self) -> None:
+        """Lightning's rule for a version given by the user whose folder holds an earlier run's logs: warn, and
+        start ``metrics.csv`` over, so two runs' rows never mix. A claimed folder is new, a resumed one ours.
+        Checked before this logger first writes; the checkpoints this run may have saved there already are
+        not an earlier run's logs."""
+        if not self._fresh:
+            return
+        self._fresh = False
+        earlier = [os.path.join(self.log_dir, name) for name in ("metrics.csv", "hparams.yaml")]
+        if self._folder.given and any(os.path.exists(path) for path in earlier):
+            warnings.warn(
+                f"Experiment logs directory {self.log_dir} exists and is not empty. Previous log files in this "
+                "directory will be deleted when the new ones are saved!",
+                stacklevel=4,
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.log_dir, "metrics.csv"))
 
 
 def _number(value: Any) -> int | float:

@@ -1,49 +1,103 @@
-"""The run folder of the file loggers (CSV, TensorBoard): ``<save_dir>/<name>/version_<n>``, Lightning's layout."""
+"""The run folder of the file loggers (CSV, TensorBoard, MLflow's checkpoints): ``<save_dir>/<name>/version_<n>``,
+Lightning's layout.
+
+A version is claimed, not guessed: global rank zero creates ``version_<n>`` with ``os.mkdir``, which fails
+when the folder exists, and takes the next number then. Runs started together in one folder (a sweep, a
+job array) therefore each get their own folder, however their starts interleave. Other ranks never
+claim: they take rank zero's version (``share_run_folders``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import override
 
+from trainer.claims import claim_version, next_version
 from trainer.loggers.base import Logger
 
 
-def next_version(root: str) -> int:
-    """The first ``n`` above every existing ``version_<n>`` folder, so runs never overwrite each other."""
-    if not os.path.isdir(root):
-        return 0
-    taken = [int(d.name[8:]) for d in os.scandir(root) if d.name.startswith("version_") and d.name[8:].isdigit()]
-    return max(taken, default=-1) + 1
+def global_rank() -> int:
+    """This process's global rank: the process group's once there is one, else the launcher's environment."""
+    import torch.distributed as dist
+
+    from trainer.utilities.rank_zero import _rank_from_environment  # here: `import trainer` stays light
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return _rank_from_environment()
 
 
 class RunFolder:
     """``<save_dir>/<name>/version_<n>`` (or ``<name>/<version>`` for a string version).
 
-    The version is picked on first use, not at construction, so building a logger touches no disk.
-    Nothing is created here: the loggers create the folder on their first write.
+    The version is picked on first use, not at construction, so building a logger touches no disk. On
+    global rank zero, picking it creates the folder (``claim_version``); a version given by the user is
+    used as it is (reusing a folder is then the user's choice, as in Lightning). A version set later (a
+    resumed run continues its checkpoint's folder) gives back a folder this run claimed and left empty.
     """
 
     def __init__(self, save_dir: str, name: str, version: int | str | None = None) -> None:
         self.save_dir = save_dir
         self.name = name
+        self.given = version is not None  # the user chose the folder
         self._version = version
+        self._claimed: str | None = None  # the folder this process created, while it may still be given back
 
     @property
     def version(self) -> int | str:
         if self._version is None:
-            self._version = next_version(os.path.join(self.save_dir, self.name))
+            root = os.path.join(self.save_dir, self.name)
+            if global_rank() == 0:
+                self._version = claim_version(root)
+                self._claimed = self.path
+            else:  # rank zero's choice arrives with share_run_folders; until then, a guess
+                return next_version(root)
         return self._version
 
     @version.setter
     def version(self, version: int | str) -> None:
+        if version != self._version:
+            self.give_back()
         self._version = version
+
+    def give_back(self) -> None:
+        """Remove the folder this run claimed, if nothing was written to it (``rmdir`` fails otherwise)."""
+        claimed, self._claimed = self._claimed, None
+        if claimed is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(claimed)
 
     @property
     def path(self) -> str:
         version = self.version
         folder = version if isinstance(version, str) else f"version_{version}"
         return os.path.join(self.save_dir, self.name, folder)
+
+
+def share_run_folders(loggers: Sequence[Logger], strategy: Any) -> None:
+    """Collective with several processes: rank zero claims each logger's run folder, the others take its version.
+
+    Then ``trainer.log_dir`` (the profiler's reports, a callback's files) is the same folder on every rank.
+    """
+    if strategy.world_size == 1:
+        return
+    folders = [f for f in (getattr(lg, "_folder", None) for lg in loggers) if isinstance(f, RunFolder)]
+    chosen: list[int | str] | OSError | None = None
+    if strategy.is_global_zero:
+        try:
+            chosen = [folder.version for folder in folders]
+        except OSError as err:  # every rank raises it: none waits for a folder that never comes
+            chosen = err
+    chosen = strategy.broadcast(chosen)
+    if isinstance(chosen, OSError):
+        raise chosen
+    if not strategy.is_global_zero:
+        for folder, version in zip(folders, chosen or [], strict=True):
+            folder.version = version
 
 
 class FolderLogger(Logger):

@@ -22,7 +22,14 @@ from typing_extensions import override
 
 from trainer.loggers.base import Logger, StepBuffer, flush_at_exit, sanitize_hparams
 from trainer.loggers.folder import RunFolder
-from trainer.loggers.mlflow_run import continue_run, experiment_id, new_run, unlogged_checkpoints, upload_checkpoint
+from trainer.loggers.mlflow_run import (
+    continue_run,
+    experiment_id,
+    new_run,
+    store_lock,
+    unlogged_checkpoints,
+    upload_checkpoint,
+)
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -258,10 +265,15 @@ class MLFlowLogger(Logger):
         return True
 
     def _start(self) -> MlflowClient:
+        """The client, with the run created or continued; a local store is created by one run at a time."""
+        if not self._local_store:
+            return self._start_run()
+        with store_lock(self._local_root):
+            return self._start_run()
+
+    def _start_run(self) -> MlflowClient:
         from mlflow.tracking import MlflowClient  # 1-2 s, once: never at import or construction
 
-        if self._local_store:
-            os.makedirs(self._local_root, exist_ok=True)
         client = MlflowClient(self._tracking_uri)
         tags = self._run_tags()
         if self._run_id is not None:  # an existing run: RUNNING again, given tags and name applied

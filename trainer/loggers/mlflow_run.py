@@ -7,8 +7,10 @@ Checkpoints are laid out as Lightning's MLFlowLogger lays them out: ``<stem>/<fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +22,40 @@ if TYPE_CHECKING:
 SETTINGS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps", "every_n_epochs")
 
 
+@contextlib.contextmanager
+def store_lock(folder: Path) -> Iterator[None]:
+    """Runs that start together with one local store wait here in turn: MLflow creates a new SQLite store's tables
+    with migrations that fail when two processes run them at once. An advisory ``flock`` on
+    ``<folder>/.mlflow.db.lock`` (none where ``fcntl`` is missing: Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".mlflow.db.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def experiment_id(client: MlflowClient, name: str, location: str | None, given_location: str | None) -> str:
-    """The experiment named ``name``, created (with its artifacts at ``location``) when there is none."""
+    """The experiment named ``name``, created (with its artifacts at ``location``) when there is none; a run that
+    started at the same moment and created it first wins, and its experiment is used."""
+    from mlflow.exceptions import MlflowException
+
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
-        return client.create_experiment(name, artifact_location=location)
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
     if experiment.lifecycle_stage == "deleted":
         raise ValueError(
             f"MLflow experiment {name!r} is deleted at {client.tracking_uri}: restore it "

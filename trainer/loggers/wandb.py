@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import math
 import os
@@ -24,6 +25,7 @@ from trainer.loggers.base import (
     to_image_array,
     to_numpy,
 )
+from trainer.loggers.folder import global_rank
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -88,6 +90,8 @@ class WandbLogger(Logger):
         self._tags = tags
         self._config = sanitize_hparams(config or {})
         self._id = id or os.environ.get("WANDB_RUN_ID") or _new_run_id()
+        self._id_made_here = not (id or os.environ.get("WANDB_RUN_ID"))  # its folder is claimed (see log_dir)
+        self._claimed: str | None = None
         self._init_kwargs = init_kwargs
         self._run: Run | None = None
         self._unsent = bool(self._config)  # hyper-parameters waiting for the run to start
@@ -108,8 +112,23 @@ class WandbLogger(Logger):
     @property
     @override
     def log_dir(self) -> str:
-        """``<save_dir>/<project>/<run id>``, known before the run starts (the id is made here)."""
+        """``<save_dir>/<project>/<run id>``, known before the run starts (the id is made here).
+
+        On global rank zero the folder of an id made here is claimed when first asked for (``os.mkdir``, which
+        fails when it exists; then another id is drawn), so two runs never share it, as ``version_<n>``."""
+        if self._id_made_here and self._claimed is None and global_rank() == 0:
+            self._claimed = self._claim_folder()
         return os.path.join(self.save_dir, self.project or "steadytrain", self._id)
+
+    def _claim_folder(self) -> str:
+        parent = os.path.join(self.save_dir, self.project or "steadytrain")
+        os.makedirs(parent, exist_ok=True)
+        while True:
+            try:
+                os.mkdir(os.path.join(parent, self._id))
+                return os.path.join(parent, self._id)
+            except FileExistsError:
+                self._id = _new_run_id()
 
     @override
     def log_hyperparams(self, params: dict[str, Any]) -> None:
@@ -204,7 +223,10 @@ class WandbLogger(Logger):
         if self._run is not None and self._run.id != state["id"]:
             warnings.warn(f"wandb run {self._run.id} already started; not switching to {state['id']}", stacklevel=2)
             return
-        self._id = state["id"]
+        if self._claimed is not None and state["id"] != self._id:  # the resumed run's folder, not a new one
+            with contextlib.suppress(OSError):
+                os.rmdir(self._claimed)  # only if nothing was written there
+        self._id, self._id_made_here = state["id"], False
 
     def _start(self) -> Run:
         wandb = _import_wandb()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
 from trainer.failures import note_worker_failure
+from trainer.loggers.folder import share_run_folders
 from trainer.loops.checks import check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.steps import batch_idx_optional
@@ -42,6 +43,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         _add_module_callbacks(trainer, module)
         check_uncalled_hooks(module, list(trainer.callbacks))
         _prepare_data(trainer, module, datamodule)
+        share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
         if datamodule is not None:
             datamodule.setup(fn)
         hooks.call(trainer, "setup", fn)

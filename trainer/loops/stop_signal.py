@@ -35,7 +35,9 @@ class StopSignal:
         Ctrl-C re-raises KeyboardInterrupt; SIGTERM / the requeue signal end the process cleanly.
         """
         trainer, name = self.trainer, self.received
-        path = trainer.checkpoint_dir / "interrupted.ckpt"
+        from trainer.claims import claim_for_run
+
+        path = claim_for_run(trainer, trainer.checkpoint_dir, "interrupted")  # another run's is never replaced
         self.saving = True
         try:
             trainer.save_checkpoint(path)
