@@ -67,7 +67,7 @@ class DataModule:
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader().")
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        from trainer.data import move_to_device
+        from trainer.move import move_to_device
 
         return move_to_device(batch, device)
 

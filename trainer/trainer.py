@@ -149,7 +149,7 @@ class Trainer:
         self.val_check_interval = flags.check_val_check_interval(val_check_interval)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
-        self.precision = build_precision(precision, self.strategy.root_device.type)
+        self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
         self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         if max_epochs == -1:
@@ -201,7 +201,7 @@ class Trainer:
         self.state = flags.TrainerState()
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
         self.metric_log = MetricLog(self.strategy, self.loggers)
-        self.fit_loop = FitLoop(self)
+        self.fit_loop: FitLoop = FitLoop(self)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
         self.predict_loop = EvaluationLoop(self, "predict")
