@@ -8,7 +8,6 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 
 from __future__ import annotations
 
-import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -254,8 +253,7 @@ class Module(nn.Module):
         (modules, tensors) are left out of checkpoints with a warning: pass them to
         ``load_from_checkpoint`` again, or ``ignore`` them.
         """
-        start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
-        hparams_lib.save_hyperparameters(self, self._hparams_state(), args, ignore, start, logger)
+        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
 
     @property
     def hparams(self) -> AttributeDict:
