@@ -1,10 +1,10 @@
 """``TrainerView``: the Trainer's type, as the code below it names it in its type hints.
 
 The loops, callbacks, the module and the checkpoint code are handed the Trainer, and the Trainer
-imports them. They import its type from here, under ``TYPE_CHECKING`` only: the type checker reads
+imports them. They import its type from here, under ``TYPE_CHECKING``: the type checker reads
 ``trainer.trainer``, a run never imports it from below, and the Trainer's surface is written once,
-in ``trainer/trainer.py``. This is the one import that points up the layers
-(``tests/test_architecture.py`` pins their order); at run time this module imports nothing.
+in ``trainer/trainer.py``. At run time this module imports nothing; ``tests/test_architecture.py``
+pins that nothing else below the Trainer names it.
 """
 
 from __future__ import annotations
