@@ -1,31 +1,180 @@
-"""The package's shape: no import cycles (type-only imports included), and loops that never ask which
+"""The package's shape: layers whose imports point down, no import cycles, and loops that never ask which
 strategy runs them."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trainer"
 
+# ---- layers, lowest first --------------------------------------------------------------------------------
+# A module imports, where the import runs, only modules of its own layer or of a lower one. Imports under
+# ``if TYPE_CHECKING:`` never run and may point up: that is how the loops, callbacks and the module name the
+# Trainer's type (``trainer.view``) while the Trainer imports them. An entry is a module, or a package with
+# everything in it. No exceptions today; one would be listed here with its reason.
+LAYERS: list[tuple[str, list[str]]] = [
+    (
+        "foundations: stand alone",
+        [
+            "trainer.version",
+            "trainer.failures",
+            "trainer.signals",
+            "trainer.seed",
+            "trainer.optim",
+            "trainer.flags",
+            "trainer.hparams",
+            "trainer.results",
+            "trainer.launch",
+            "trainer.move",
+            "trainer.overrides",
+            "trainer.precision",
+            "trainer.profilers",
+            "trainer.view",
+        ],
+    ),
+    (
+        "files, processes and records",
+        ["trainer.claims", "trainer.checkpoint", "trainer.supervise", "trainer.metric_log", "trainer.loggers"],
+    ),
+    ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
+    ("the user's code", ["trainer.module", "trainer.datamodule"]),
+    ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
+    ("callbacks", ["trainer.callbacks"]),
+    ("loops", ["trainer.loops"]),
+    ("the Trainer", ["trainer.trainer"]),
+    ("around a Trainer: the Tuner, Lightning's utilities", ["trainer.tuner", "trainer.utilities"]),
+    ("entry points", ["trainer.cli", "trainer", "trainer.__main__"]),
+]
+EXCEPTIONS: dict[tuple[str, str], str] = {}  # (importer, imported) -> why it may point up
 
-def import_graph() -> dict[str, set[str]]:
-    """Every module of the package and the modules of the package it imports, wherever the import is."""
+
+@dataclass(frozen=True)
+class Import:
+    module: str
+    target: str
+    line: int
+    type_only: bool  # under ``if TYPE_CHECKING:``: read by the type checker, never run
+
+
+def package_modules() -> dict[str, Path]:
     modules = {}
     for path in PACKAGE.rglob("*.py"):
         name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
         modules[name] = path
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            elif isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                continue
-            graph[name] |= {t for t in targets if t in modules and t != name}
+    return modules
+
+
+def imports_in(module: str, source: str, modules: set[str]) -> list[Import]:
+    """The package modules ``source`` imports, wherever the import stands (a function's body too):
+    ``from a import b`` imports ``a.b`` where that is a module, else ``a``."""
+    tree = ast.parse(source)
+    type_only = {
+        id(node)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.If) and ast.unparse(guard.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in guard.body
+        for node in ast.walk(statement)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            ]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [
+            Import(module, t, node.lineno, id(node) in type_only) for t in targets if t in modules and t != module
+        ]
+    return found
+
+
+def all_imports() -> list[Import]:
+    modules = package_modules()
+    return [i for name, path in modules.items() for i in imports_in(name, path.read_text(), set(modules))]
+
+
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """Every module of the package and the modules of the package it imports where the import runs (with
+    ``type_only``: also those it imports for the type checker alone)."""
+    graph: dict[str, set[str]] = {name: set() for name in package_modules()}
+    for i in all_imports():
+        if type_only or not i.type_only:
+            graph[i.module].add(i.target)
     return graph
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest entry that is ``module`` or a package holding it."""
+    matches = [
+        (len(entry), index)
+        for index, (_, entries) in enumerate(LAYERS)
+        for entry in entries
+        if module == entry or (entry != "trainer" and module.startswith(entry + "."))
+    ]
+    if not matches:
+        raise KeyError(f"{module} is in no layer: add it to LAYERS in tests/test_architecture.py")
+    return max(matches)[1]
+
+
+def imports_pointing_up(imports: list[Import]) -> list[str]:
+    return [
+        f"{i.module}:{i.line} imports {i.target} ({LAYERS[layer_of(i.target)][0]}), above its layer "
+        f"({LAYERS[layer_of(i.module)][0]})"
+        for i in imports
+        if not i.type_only and layer_of(i.target) > layer_of(i.module) and (i.module, i.target) not in EXCEPTIONS
+    ]
+
+
+def test_every_module_has_a_layer() -> None:
+    modules = package_modules()
+    assert len(modules) > 40  # the walk found the package
+    for module in modules:
+        layer_of(module)  # raises for a module in no layer
+    listed = [entry for _, entries in LAYERS for entry in entries]
+    assert len(listed) == len(set(listed)) and set(listed) <= set(modules)
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert imports_pointing_up(all_imports()) == []
+    assert all(layer_of(a) > layer_of(b) for a, b in EXCEPTIONS)  # an exception that points down is stale
+
+
+def test_the_layer_check_finds_an_import_that_points_up() -> None:
+    modules = set(package_modules())
+    planted = """
+from typing import TYPE_CHECKING
+import trainer.data
+from trainer import failures
+from trainer.callbacks.base import Callback
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+def move():
+    from trainer.loops.batches import transfer
+"""
+    found = imports_pointing_up(imports_in("trainer.strategies.base", planted, modules))
+    assert [line.split(" imports ")[1].split(" ")[0] for line in found] == [
+        "trainer.data",
+        "trainer.callbacks.base",
+        "trainer.loops.batches",
+    ]
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No cycle among the imports that run. (Type-only imports may close one: ``trainer.view``.)"""
+    assert cycles(import_graph()) == []
+
+
+def test_only_the_view_names_the_trainer_below_it() -> None:
+    """The code below the Trainer names its type through ``trainer.view`` alone: one import points up."""
+    below = {
+        i.module for i in all_imports() if i.target == "trainer.trainer" and layer_of(i.module) < layer_of(i.target)
+    }
+    assert below == {"trainer.view"}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -60,19 +209,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_itself_through_others() -> None:
-    graph = import_graph()
-    assert len(graph) > 40  # the walk found the package
-    assert cycles(graph) == []
-
-
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_loops_callbacks_and_checkpoints_never_import_a_concrete_strategy() -> None:
-    """A new strategy is one file: nothing that runs a loop may depend on DDP, DP or FSDP."""
-    graph = import_graph()
+    """A new strategy is one file: nothing that runs a loop may depend on DDP, DP or FSDP (not even for a type)."""
+    graph = import_graph(type_only=True)
     concrete = {m for m in graph if m.startswith("trainer.strategies.") and not m.endswith((".base", ".single"))}
     concrete.discard("trainer.strategies.registry")
     for module, imported in graph.items():
@@ -158,6 +301,77 @@ if trainer.strategy.name == "dp": pass
 
 def test_dp_does_not_need_ddp() -> None:
     """DataParallel runs in one process: loading it must not pull in DDP (and torch.distributed with it)."""
-    graph = import_graph()
+    graph = import_graph(type_only=True)
     assert "trainer.strategies.ddp" not in graph["trainer.strategies.dp"]
     assert "trainer.strategies.ddp" not in graph["trainer.strategies.step_wrapper"]
+
+
+# ---- the Trainer's attributes: trainer.py sets them, these others read them -----------------------------
+# Who else may set one, and why. (tuner/state.py's ``isolated`` sets flags, limits and loggers for a tuning
+# run and puts them back: the Tuner's own pass at issue 29 gives that one owner.)
+TRAINER_WRITERS: dict[str, tuple[str, ...]] = {
+    "should_stop": ("trainer/",),  # Lightning's: a callback or the module asks the fit to stop
+    "ckpt_path": ("trainer/loops/",),  # each stage records the checkpoint it loaded
+    "accumulate_grad_batches": ("trainer/callbacks/gradient_accumulation.py",),  # Lightning's scheduler sets it
+    "config": ("trainer/cli/core.py",),  # the resolved CLI config, for checkpoints and loggers
+}
+TRAINER_WRITERS_ANYTHING = ("trainer/trainer.py", "trainer/tuner/state.py")
+
+
+def _is_a_trainer(node: ast.expr) -> bool:
+    text = ast.unparse(node)
+    return text == "trainer" or text.endswith((".trainer", "._trainer"))
+
+
+def _unpacked(targets: list[ast.expr]) -> list[ast.expr]:
+    """``a, (b, *c) = ...`` assigns a, b and c."""
+    flat = []
+    for target in targets:
+        if isinstance(target, ast.Tuple | ast.List):
+            flat += _unpacked(target.elts)
+        else:
+            flat.append(target.value if isinstance(target, ast.Starred) else target)
+    return flat
+
+
+def trainer_writes(source: str) -> list[tuple[str, int]]:
+    """``(attribute, line)`` for each Trainer attribute ``source`` sets: ``trainer.x = ...``, ``trainer.x[k] = ...``
+    (also as ``self.trainer`` / ``pl_module.trainer``), or ``setattr(trainer, ...)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in _unpacked(targets):
+                inner = target.value if isinstance(target, ast.Subscript) else target
+                if isinstance(inner, ast.Attribute) and _is_a_trainer(inner.value):
+                    found.append((inner.attr, node.lineno))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and _is_a_trainer(node.args[0]):
+            found.append(("setattr", node.lineno))
+    return found
+
+
+def test_only_the_trainer_sets_its_attributes() -> None:
+    """The code below the Trainer types it as the Trainer itself (``trainer.view``): this keeps it read-only."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE.parent).as_posix()
+        if where in TRAINER_WRITERS_ANYTHING:
+            continue
+        for attr, line in trainer_writes(path.read_text()):
+            if not where.startswith(TRAINER_WRITERS.get(attr, ("<nobody>",))):
+                problems.append(f"{where}:{line} sets trainer.{attr}")
+    assert problems == []
+
+
+def test_the_writer_check_finds_each_way_to_set_a_trainer_attribute() -> None:
+    planted = """
+trainer.max_epochs = 3
+self.trainer.limits["train"] = 2
+pl_module.trainer.loggers[:] = []
+trainer.global_step += 1
+setattr(trainer, "max_steps", 5)
+a, trainer.seed = 1, 2
+trainer.fit_loop.progress.epoch = 1
+x = trainer.max_epochs
+"""
+    assert sorted(line for _, line in trainer_writes(planted)) == [2, 3, 4, 5, 6, 7]

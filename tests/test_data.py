@@ -27,7 +27,6 @@ from trainer.data import (
     EvalShardSampler,
     capture_epoch_rng,
     has_len,
-    move_to_device,
     num_batches,
     prepare_eval_loader,
     prepare_train_loader,
@@ -35,6 +34,7 @@ from trainer.data import (
     set_epoch,
     skip_batches,
 )
+from trainer.move import move_to_device
 
 
 class CountingDataset(Dataset[torch.Tensor]):

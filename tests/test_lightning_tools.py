@@ -14,9 +14,9 @@ import torch
 from tests.lightning_port import port
 from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
 from trainer.callbacks import DeviceStatsMonitor, GradientAccumulationScheduler
+from trainer.launch import rank_from_environment, set_global_rank
 from trainer.loggers.base import Logger
 from trainer.utilities import grad_norm, rank_zero_info, rank_zero_only, rank_zero_warn
-from trainer.utilities.rank_zero import _rank_from_environment, set_global_rank
 
 
 class Memory(Logger):
@@ -58,12 +58,12 @@ def test_rank_zero_helpers_run_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch
 def test_rank_comes_from_the_launchers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         monkeypatch.delenv(name, raising=False)
-    assert _rank_from_environment() == 0
+    assert rank_from_environment() == 0
     monkeypatch.setenv("SLURM_PROCID", "5")
     monkeypatch.setenv("LOCAL_RANK", "2")  # before SLURM_PROCID, which SLURM sets even when it did not launch
-    assert _rank_from_environment() == 2
+    assert rank_from_environment() == 2
     monkeypatch.setenv("RANK", "3")
-    assert _rank_from_environment() == 3
+    assert rank_from_environment() == 3
 
 
 def test_grad_norm_keys_and_values() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -28,8 +27,7 @@ class DataModule:
     ) -> None:
         """As ``Module.save_hyperparameters``: ``self.hparams`` holds the ``__init__`` arguments (or those
         named); the loggers get them at fit start, beside the module's."""
-        start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
-        hparams_lib.save_hyperparameters(self, self._hparams_state(), args, ignore, start, logger)
+        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
 
     @property
     def hparams(self) -> AttributeDict:
@@ -67,7 +65,7 @@ class DataModule:
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader().")
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        from trainer.data import move_to_device
+        from trainer.move import move_to_device
 
         return move_to_device(batch, device)
 

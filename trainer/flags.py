@@ -102,8 +102,9 @@ def check_counts(values: dict[str, Any]) -> None:
         raise ValueError(f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more.")
 
 
-def debug_limits(values: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """limit_*_batches as ``fast_dev_run`` and ``overfit_batches`` set them (Lightning's rules), checked."""
+def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
+    """limit_*_batches by stage ("train", "validation", "test", "predict"), as ``fast_dev_run`` and
+    ``overfit_batches`` set them (Lightning's rules), checked."""
     fast, overfit = values["fast_dev_run"], values["overfit_batches"]
     if isinstance(fast, bool) or fast is None:
         fast = int(bool(fast))
@@ -117,7 +118,14 @@ def debug_limits(values: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         limits[0] = limits[1] = overfit
     for stage, value in zip(("train", "val", "test", "predict"), limits):
         check_limit(f"limit_{stage}_batches", value)
-    return limits[0], limits[1], limits[2], limits[3]
+    return dict(zip(("train", "validation", "test", "predict"), limits))
+
+
+def max_epochs(max_epochs: int | None, max_steps: int) -> int | None:
+    """Lightning's rule: None means 1000 epochs unless ``max_steps`` is set; -1 means no limit (None)."""
+    if max_epochs == -1:
+        return None
+    return 1000 if max_epochs is None and max_steps == -1 else max_epochs
 
 
 def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:

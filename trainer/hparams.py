@@ -77,10 +77,14 @@ def state_of(obj: Any) -> HParams:
 
 
 def save_hyperparameters(
-    obj: Any, state: HParams, args: tuple[Any, ...], ignore: Sequence[str] | str | None, frame: Any, logger: bool
+    obj: Any, args: tuple[Any, ...], ignore: Sequence[str] | str | None, frame: types.FrameType | None, logger: bool
 ) -> None:
     """The body of ``Module.save_hyperparameters`` and ``DataModule.save_hyperparameters`` (Lightning's
-    semantics; ``frame`` is the caller's, where the ``__init__`` arguments are read from)."""
+    semantics). ``frame``: where the ``__init__`` arguments are read from; None: the frame that called
+    the method (the user's ``__init__``)."""
+    if frame is None:
+        frame = inspect.currentframe().f_back.f_back  # type: ignore[union-attr]
+    state = state_of(obj)
     if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
         state.explicit = True  # an empty dict or Namespace saves nothing, as Lightning
         return

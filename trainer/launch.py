@@ -192,6 +192,28 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+# ---- the rank rank_zero_only reads ---------------------------------------------------------
+# Lightning's order: LOCAL_RANK before SLURM_PROCID, which SLURM sets even when it does not start the ranks.
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def rank_from_environment() -> int:
+    """This process's rank as the launcher's variables give it (0 where none is set), as Lightning reads it."""
+    for name in _RANK_VARIABLES:
+        if (value := os.environ.get(name)) is not None:
+            return int(value)
+    return 0
+
+
+def set_global_rank(rank: int) -> None:
+    """Tell lightning-utilities' ``rank_zero_only`` (and the ``rank_zero_*`` helpers that read it) which rank
+    this process is; a strategy calls it when its processes are up, as Lightning's do."""
+    # Imported here: lightning_utilities parses version specifiers at import (~40 ms); `import trainer` must not.
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    rank_zero_only.rank = rank  # type: ignore[attr-defined]
+
+
 # ---- elastic restarts --------------------------------------------------------------------
 @dataclass(frozen=True)
 class ElasticRestart:

@@ -8,7 +8,6 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 
 from __future__ import annotations
 
-import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,9 +44,13 @@ class Module(nn.Module):
         object.__setattr__(self, "_trainer", None)
         object.__setattr__(self, "_automatic_optimization", True)
 
-    # ---- what users define ---------------------------------------------------------------
-    # training_step(batch, batch_idx) -> loss tensor, {"loss": tensor, ...}, or None (manual optimization)
-    # validation_step / test_step / predict_step(batch, batch_idx[, dataloader_idx])
+    # ---- what users define (declared, not defined: the loops run only the steps a module has) -------
+    training_step: Callable[..., Any]
+    """``(batch, batch_idx)`` -> a loss tensor, ``{"loss": tensor, ...}``, or None (manual optimization)."""
+    validation_step: Callable[..., Any]
+    """``(batch, batch_idx[, dataloader_idx])``: one validation batch; log its metrics with ``self.log``."""
+    test_step: Callable[..., Any]
+    """``(batch, batch_idx[, dataloader_idx])``, as ``validation_step``, for ``Trainer.test``."""
     # configure_optimizers() -> optimizer | [optimizers] | (optimizers, schedulers) | dict
 
     def configure_optimizers(self) -> Any:
@@ -143,7 +146,7 @@ class Module(nn.Module):
     # ---- overridable steps ---------------------------------------------------------------------------
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Move every tensor (or object with ``.to``) of the batch to ``device``."""
-        from trainer.data import move_to_device
+        from trainer.move import move_to_device
 
         return move_to_device(batch, device)
 
@@ -250,8 +253,7 @@ class Module(nn.Module):
         (modules, tensors) are left out of checkpoints with a warning: pass them to
         ``load_from_checkpoint`` again, or ``ignore`` them.
         """
-        start = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
-        hparams_lib.save_hyperparameters(self, self._hparams_state(), args, ignore, start, logger)
+        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
 
     @property
     def hparams(self) -> AttributeDict:

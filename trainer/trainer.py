@@ -17,6 +17,7 @@ import torch
 
 import trainer.flags as flags
 from trainer.accelerators import select_strategy
+from trainer.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.callbacks.base import Callback
 from trainer.callbacks.defaults import checkpointing_last, with_defaults
 from trainer.loggers.base import Logger
@@ -145,17 +146,14 @@ class Trainer:
         """
         flags.check_counts(locals())
         flags.check_choices(locals())
-        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = flags.debug_limits(locals())
+        self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
         self.val_check_interval = flags.check_val_check_interval(val_check_interval)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
-        self.precision = build_precision(precision, self.strategy.root_device.type)
+        self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
         self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
-        if max_epochs == -1:
-            self.max_epochs: int | None = None
-        else:
-            self.max_epochs = 1000 if max_epochs is None and max_steps == -1 else max_epochs
+        self.max_epochs = flags.max_epochs(max_epochs, max_steps)
         self.min_epochs = min_epochs
         self.max_steps = max_steps
         self.min_steps = min_steps
@@ -163,12 +161,6 @@ class Trainer:
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limits = {
-            "train": limit_train_batches,
-            "validation": limit_val_batches,
-            "test": limit_test_batches,
-            "predict": limit_predict_batches,
-        }
         self.num_sanity_val_steps = num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
         self.fast_dev_run = fast_dev_run
@@ -201,7 +193,7 @@ class Trainer:
         self.state = flags.TrainerState()
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
         self.metric_log = MetricLog(self.strategy, self.loggers)
-        self.fit_loop = FitLoop(self)
+        self.fit_loop: FitLoop = FitLoop(self)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
         self.predict_loop = EvaluationLoop(self, "predict")
@@ -377,27 +369,21 @@ class Trainer:
         return Path(self.run_folder) / "checkpoints"
 
     @property
-    def progress_bar_callback(self) -> Any:
+    def progress_bar_callback(self) -> ProgressBar | None:
         """The ProgressBar, or None (``enable_progress_bar=False``)."""
-        from trainer.callbacks import ProgressBar
-
         return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
 
     @property
-    def checkpoint_callback(self) -> Any:
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ModelCheckpoint, or None."""
         return next(iter(self.checkpoint_callbacks), None)
 
     @property
-    def checkpoint_callbacks(self) -> list[Any]:
-        from trainer.callbacks import ModelCheckpoint
-
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
         return [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
 
     @property
-    def early_stopping_callback(self) -> Any:
-        from trainer.callbacks import EarlyStopping
-
+    def early_stopping_callback(self) -> EarlyStopping | None:
         return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
     # ---- what the loops ask of the Trainer ------------------------------------------------------

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainer.module import Module
 
-# The hooks take the Trainer as ``Any`` so that a callback may annotate it as ``Trainer`` (as
-# Lightning code does) or as ``trainer.view.TrainerView`` (as ours do) without a type error.
+# The hooks take the Trainer as ``Any`` so that a callback may annotate it as Lightning's ``Trainer`` (as
+# ported Lightning code does) or as ours (``trainer.view.TrainerView``, as ours do) without a type error.
 Trainer = Any
 
 

@@ -11,12 +11,13 @@ manual optimization, and ``Trainer(accumulate_grad_batches=N)`` given as well.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainer.callbacks.base import Callback
 
 if TYPE_CHECKING:
     from trainer.module import Module
+    from trainer.view import TrainerView as Trainer
 
 
 class GradientAccumulationScheduler(Callback):
@@ -43,8 +44,7 @@ class GradientAccumulationScheduler(Callback):
     def get_accumulate_grad_batches(self, epoch: int) -> int:
         return self.scheduling[max(e for e in self.epochs if e <= epoch)]
 
-    # The Trainer is Any here: this callback sets accumulate_grad_batches, which TrainerView shows read-only.
-    def on_train_start(self, trainer: Any, pl_module: Module) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not pl_module.automatic_optimization:
             raise RuntimeError(
                 "GradientAccumulationScheduler changes automatic gradient accumulation, which manual optimization "
@@ -71,8 +71,8 @@ class GradientAccumulationScheduler(Callback):
             )
         self._apply(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Module) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._apply(trainer)
 
-    def _apply(self, trainer: Any) -> None:
+    def _apply(self, trainer: Trainer) -> None:
         self._set = trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)

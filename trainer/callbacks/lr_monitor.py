@@ -29,7 +29,7 @@ _INTERVALS = (None, "step", "epoch")
 
 
 @dataclass
-class _Named:
+class _LoggedOptimizer:
     """An optimizer, the names of its groups, and when it is logged (None: at every logging point)."""
 
     optimizer: torch.optim.Optimizer
@@ -106,7 +106,7 @@ class LearningRateMonitor(Callback):
             for lg in trainer.loggers:
                 lg.log_metrics(stats, step)
 
-    def _stats(self, named: _Named) -> dict[str, float]:
+    def _stats(self, named: _LoggedOptimizer) -> dict[str, float]:
         stats: dict[str, float] = {}
         betas = "betas" in named.optimizer.defaults
         for group, name in zip(named.optimizer.param_groups, named.names):
@@ -137,17 +137,18 @@ class LearningRateMonitor(Callback):
             )
 
     # ---- names --------------------------------------------------------------------------------------
-    def _named(self, trainer: Trainer) -> list[_Named]:
+    def _named(self, trainer: Trainer) -> list[_LoggedOptimizer]:
         """Optimizers with a scheduler first (named after it), then the others; recomputed each time, as
         groups may be added during training."""
         counts: Counter[type] = Counter()
-        named: list[_Named] = []
+        named: list[_LoggedOptimizer] = []
         for config in trainer.lr_scheduler_configs:
             optimizer = config.scheduler.optimizer
-            named.append(_Named(optimizer, self._group_names(optimizer, config.name, counts), config.interval))
+            names = self._group_names(optimizer, config.name, counts)
+            named.append(_LoggedOptimizer(optimizer, names, config.interval))
         for optimizer in trainer.optimizers:
             if not any(optimizer is n.optimizer for n in named):
-                named.append(_Named(optimizer, self._group_names(optimizer, None, counts), None))
+                named.append(_LoggedOptimizer(optimizer, self._group_names(optimizer, None, counts), None))
         return named
 
     def _group_names(self, optimizer: torch.optim.Optimizer, name: str | None, counts: Counter[type]) -> list[str]:

@@ -201,7 +201,7 @@ def _module_example(module: nn.Module) -> Any:
     example = getattr(module, "example_input_array", None)
     if example is None:
         return None
-    from trainer.data import move_to_device
+    from trainer.move import move_to_device
 
     param = next(module.parameters(), None)
     return move_to_device(example, param.device) if param is not None else example
@@ -262,7 +262,7 @@ def _example_as_batch(trainer: Trainer, pl_module: Module) -> Any:
     example = getattr(pl_module, "example_input_array", None)
     if example is None:
         return None
-    from trainer.loops.batches import transfer
+    from trainer.data.device import transfer
 
     move = transfer(trainer)
     return move(example) if move is not None else example

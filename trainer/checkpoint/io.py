@@ -341,7 +341,7 @@ def extract_state_dict(obj: Any) -> dict[str, torch.Tensor]:
     keys = list(obj)
     raise CheckpointError(
         f"Found no model weights: no {'/'.join(_STATE_DICT_KEYS)} key and not a bare state_dict "
-        f"of tensors. Keys found ({len(keys)}): {_show(keys)}"
+        f"of tensors. Keys found ({len(keys)}): {_first_few(keys)}"
     )
 
 
@@ -375,8 +375,8 @@ def load_weights(
     if strict and (missing or unexpected):
         raise CheckpointError(
             f"Weights{where} do not match the model (pass strict=False to load the matching keys). "
-            f"Missing from checkpoint ({len(missing)}): {_show(missing)}. "
-            f"Unexpected in checkpoint ({len(unexpected)}): {_show(unexpected)}."
+            f"Missing from checkpoint ({len(missing)}): {_first_few(missing)}. "
+            f"Unexpected in checkpoint ({len(unexpected)}): {_first_few(unexpected)}."
         )
     result = target.load_state_dict(weights, strict=False)
     return list(result.missing_keys), list(result.unexpected_keys)
@@ -392,6 +392,6 @@ def _check_shapes(weights: Mapping[str, Any], own: Mapping[str, Any], where: str
         raise CheckpointError(f"Shape mismatch in {len(bad)} key(s){where}: " + "; ".join(bad))
 
 
-def _show(keys: Sequence[Any]) -> str:
+def _first_few(keys: Sequence[Any]) -> str:
     shown = ", ".join(map(str, keys[:_SHOW]))
     return (shown + f", ... (+{len(keys) - _SHOW} more)") if len(keys) > _SHOW else (shown or "none")

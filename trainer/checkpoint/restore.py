@@ -94,7 +94,7 @@ class _OptimizerKinds:
         self.trainer, self.path = trainer, source.path
 
     def state_dict(self) -> list[str]:
-        return [type(opt).__name__ for opt in _optimization(self.trainer, "optimizers")]
+        return [type(opt).__name__ for opt in self.trainer.optimizers]
 
     def load_state_dict(self, saved: list[str] | None) -> None:
         now = self.state_dict()
@@ -176,32 +176,27 @@ class _DataModule:
             self.datamodule.load_state_dict(state)
 
 
-class _Listed:
-    """The optimizers' or the schedulers' states, one per object ``configure_optimizers()`` made."""
+@dataclass(frozen=True)
+class _StatePerObject:
+    """One state per optimizer (or per LR scheduler) that ``configure_optimizers()`` made, in its order; a
+    count or a state that does not fit is refused, naming the file."""
 
-    def __init__(self, trainer: TrainerView, source: Source, what: str) -> None:
-        self.trainer, self.path, self.what = trainer, source.path, what
-
-    def targets(self) -> list[Any]:
-        if self.what == "optimizer state":
-            return _optimization(self.trainer, "optimizers")
-        return [config.scheduler for config in _optimization(self.trainer, "lr_scheduler_configs")]
+    path: Path
+    what: str
+    objects: Callable[[], list[Any]]
+    state_of: Callable[[Any], dict[str, Any]]
+    load_into: Callable[[Any, dict[str, Any]], None]
 
     def state_dict(self) -> list[dict[str, Any]]:
-        if self.what == "optimizer state":
-            return [self.trainer.strategy.optimizer_state(opt) for opt in self.targets()]
-        return [target.state_dict() for target in self.targets()]
+        return [self.state_of(target) for target in self.objects()]
 
     def load_state_dict(self, saved: list[dict[str, Any]]) -> None:
-        current, what, path = self.targets(), self.what, self.path
+        current, what, path = self.objects(), self.what, self.path
         if len(saved) != len(current):
             raise ValueError(f"{path} has {len(saved)} {what}(s) but configure_optimizers() made {len(current)}.")
         for i, (target, state) in enumerate(zip(current, saved)):
             try:
-                if what == "optimizer state":
-                    self.trainer.strategy.load_optimizer_state(target, state)
-                else:
-                    target.load_state_dict(state)
+                self.load_into(target, state)
             except (KeyError, ValueError, TypeError, RuntimeError) as err:
                 raise ValueError(
                     f"{path}: {what} {i} does not fit {type(target).__name__} ({type(err).__name__}: {err}). Was "
@@ -210,10 +205,29 @@ class _Listed:
                 ) from err
 
 
-def _optimization(trainer: TrainerView, what: str) -> list[Any]:
-    """The fit's optimizers or scheduler configs; none before ``configure_optimizers()`` ran."""
-    optimization = trainer.fit_loop.optimization
-    return list(getattr(optimization, what)) if optimization is not None else []
+def _optimizer_states(trainer: TrainerView, source: Source) -> _StatePerObject:
+    strategy = trainer.strategy  # an optimizer's state may be sharded: the strategy gathers and places it
+    save, load = strategy.optimizer_state, strategy.load_optimizer_state
+    return _StatePerObject(source.path, "optimizer state", lambda: trainer.optimizers, save, load)
+
+
+def _scheduler_states(trainer: TrainerView, source: Source) -> _StatePerObject:
+    def schedulers() -> list[Any]:
+        return [config.scheduler for config in trainer.lr_scheduler_configs]
+
+    return _StatePerObject(source.path, "LR scheduler", schedulers, _own_state, _load_own_state)
+
+
+def _own_state(obj: Any) -> dict[str, Any]:
+    return obj.state_dict()  # type: ignore[no-any-return]
+
+
+def _load_own_state(obj: Any, state: dict[str, Any]) -> None:
+    obj.load_state_dict(state)
+
+
+def _progress(trainer: TrainerView, source: Source) -> Stateful:
+    return trainer.fit_loop.progress
 
 
 # The registry, in load order within each phase (the order our checkpoints have always loaded in).
@@ -222,14 +236,14 @@ PARTS: tuple[Part, ...] = (
     Part("callbacks", Phase.MODULE, _Callbacks),
     Part("optimizer_kinds", Phase.LOOP, _OptimizerKinds),
     Part("precision", Phase.LOOP, lambda t, s: t.precision),
-    Part("progress", Phase.LOOP, lambda t, s: t.fit_loop.progress),
+    Part("progress", Phase.LOOP, _progress),
     Part("data", Phase.LOOP, _Data),
     Part("ranks", Phase.LOOP, _Ranks),
     Part("datamodule", Phase.LOOP, lambda t, s: _DataModule(t)),
     Part("metrics", Phase.LOOP, lambda t, s: _Metrics(t)),
     Part("loggers", Phase.LOOP, lambda t, s: _Loggers(t), global_zero_only=True),
-    Part("optimizers", Phase.TRAINING, lambda t, s: _Listed(t, s, "optimizer state")),
-    Part("schedulers", Phase.TRAINING, lambda t, s: _Listed(t, s, "LR scheduler")),
+    Part("optimizers", Phase.TRAINING, _optimizer_states),
+    Part("schedulers", Phase.TRAINING, _scheduler_states),
 )
 PARTS_BY_NAME = {part.name: part for part in PARTS}
 

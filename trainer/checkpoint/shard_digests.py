@@ -87,13 +87,12 @@ def damaged_shards(path: Path) -> list[str]:
             if not shard.is_file():
                 problems.append(f"{name} is missing")
             elif (seen := file_digest(shard)) != expected:
-                problems.append(
-                    f"{name} ({shard.stat().st_size} bytes) does not match its digest ({_how(seen, expected)})"
-                )
+                how = _how_it_differs(seen, expected)
+                problems.append(f"{name} ({shard.stat().st_size} bytes) does not match its digest ({how})")
     return problems
 
 
-def _how(seen: list[int], expected: list[int]) -> str:
+def _how_it_differs(seen: list[int], expected: list[int]) -> str:
     return f"{seen[0]} bytes where {expected[0]} were written" if seen[0] != expected[0] else "same size, other bytes"
 
 

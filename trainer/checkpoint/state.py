@@ -75,7 +75,7 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
     _hparams_origin(checkpoint, module)
     if weights_only:
         return checkpoint
-    parts = states_now(trainer, _WRITTEN)  # the parts restore.read_ours gives back, in the order asked since 0.1
+    parts = states_now(trainer, _WRITTEN)  # the parts read_ours (below) gives back, asked in their order since 0.1
     checkpoint["optimizer_states"] = parts["optimizers"]
     checkpoint["optimizer_classes"] = parts["optimizer_kinds"]
     checkpoint["lr_schedulers"] = parts["schedulers"]
@@ -132,7 +132,7 @@ def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:
 
 
 def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: bool) -> dict[str, Any]:
-    """Our schema (``state.Checkpoint``, written by ``state.build_checkpoint``) as one state per part."""
+    """Our schema (``Checkpoint``, written by ``build_checkpoint``) as one state per part."""
     if not fitting:
         return {"module": checkpoint}
     if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:

@@ -8,7 +8,6 @@ shard or skip by index, so several ranks need it sharded by the user, and a resu
 its finished batches.
 """
 
-from trainer.data.device import move_to_device
 from trainer.data.loaders import has_len, num_batches, set_epoch, shut_down_workers
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
@@ -27,7 +26,6 @@ __all__ = [
     "capture_epoch_rng",
     "check_shardable",
     "has_len",
-    "move_to_device",
     "num_batches",
     "prepare_eval_loader",
     "prepare_train_loader",

@@ -1,30 +1,62 @@
-"""Batches to the device: every tensor (or object with ``.to``) inside nested collections."""
+"""The batch's way to the device: the strategy's move and the transfer hooks, looked up once per epoch.
+
+The loops apply it to every batch; ``ModelSummary`` to the module's ``example_input_array``, so the
+example reaches the layers as a batch would.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import torch
+from trainer.datamodule import DataModule
+from trainer.module import Module
+from trainer.overrides import overrides
+from trainer.precision.base import Precision
 
-
-@runtime_checkable
-class _Movable(Protocol):
-    """Anything with ``.to``: tensors, modules, user batch classes."""
-
-    def to(self, device: torch.device) -> Any: ...
-
-
-def _move(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        # Only a pinned source can overlap the copy with compute; otherwise non_blocking buys nothing.
-        return obj.to(device, non_blocking=device.type == "cuda" and obj.is_pinned())
-    return obj.to(device)
+if TYPE_CHECKING:
+    from trainer.view import TrainerView
 
 
-def move_to_device(batch: Any, device: torch.device | str) -> Any:
-    """Move every tensor (or object with ``.to``) inside nested collections/dataclasses to ``device``."""
-    # Imported here: lightning_utilities parses version specifiers at import (~40 ms), a cost
-    # `import trainer` must not pay; after the first call this is a dictionary lookup.
-    from lightning_utilities.core.apply_func import apply_to_collection
+def transfer(trainer: TrainerView, dataloader_idx: int = 0) -> Callable[[Any], Any] | None:
+    """The batch's way to the device, looked up once per epoch: the strategy's move (None on CPU), or
+    ``on_before_batch_transfer``, ``transfer_batch_to_device``, ``on_after_batch_transfer`` where the
+    module or the DataModule overrides them (the DataModule's hook wins, as in Lightning)."""
+    strategy = trainer.strategy
+    mover = strategy.batch_mover()
+    before = _hook(trainer, "on_before_batch_transfer")
+    custom = _hook(trainer, "transfer_batch_to_device")
+    after = _hook(trainer, "on_after_batch_transfer")
+    precision = trainer.precision
+    if type(precision).convert_input is not Precision.convert_input:  # true half precision casts the floats
+        after = _then(after, precision.convert_input)
+    if before is None and custom is None and after is None:
+        return mover
+    device = strategy.root_device
 
-    return apply_to_collection(batch, _Movable, _move, device=torch.device(device))
+    def run(batch: Any) -> Any:
+        if before is not None:
+            batch = before(batch, dataloader_idx)
+        if custom is not None:
+            batch = custom(batch, device, dataloader_idx)
+        elif mover is not None:
+            batch = mover(batch)
+        if after is not None:
+            batch = after(batch, dataloader_idx)
+        return batch
+
+    return run
+
+
+def _then(hook: Callable[[Any, int], Any] | None, convert: Callable[[Any], Any]) -> Callable[[Any, int], Any]:
+    if hook is None:
+        return lambda batch, _idx: convert(batch)
+    return lambda batch, idx: convert(hook(batch, idx))
+
+
+def _hook(trainer: TrainerView, name: str) -> Callable[..., Any] | None:
+    datamodule = trainer.datamodule
+    if datamodule is not None and overrides(datamodule, name, DataModule):
+        return getattr(datamodule, name)  # type: ignore[no-any-return]
+    module = trainer.lightning_module
+    return getattr(module, name) if overrides(module, name, Module) else None

@@ -93,24 +93,37 @@ class StepBuffer:
             self._write(step, values)
 
 
-def flush_at_exit(flush: Callable[[], None]) -> Callable[[], None]:
-    """Run ``flush`` when this process exits normally, so a run that never reaches ``finalize`` loses nothing.
+class FlushAtExit:
+    """A logger's flush when this process exits normally, so a run that never reaches ``finalize`` loses
+    nothing: registered once (with the first value logged), unregistered at ``finalize``.
 
-    Returns the hook, for ``atexit.unregister`` at ``finalize``. A forked child inherits the hook but
-    skips it: it would write its parent's buffered rows a second time.
+    A forked child inherits the hook but skips it: it would write its parent's buffered rows a second time.
     """
-    pid = os.getpid()
 
-    def hook() -> None:
-        if os.getpid() != pid:
+    def __init__(self) -> None:
+        self._hook: Callable[[], None] | None = None
+
+    def register(self, flush: Callable[[], None]) -> None:
+        """Run ``flush`` at exit; a second call keeps the first hook."""
+        if self._hook is not None:
             return
-        try:
-            flush()
-        except Exception as exc:  # e.g. wandb torn down before exit: say what was lost in one line
-            warnings.warn(f"logged values still buffered at exit were not written: {exc!r}", stacklevel=1)
+        pid = os.getpid()
 
-    atexit.register(hook)
-    return hook
+        def hook() -> None:
+            if os.getpid() != pid:
+                return
+            try:
+                flush()
+            except Exception as exc:  # e.g. wandb torn down before exit: say what was lost in one line
+                warnings.warn(f"logged values still buffered at exit were not written: {exc!r}", stacklevel=1)
+
+        atexit.register(hook)
+        self._hook = hook
+
+    def unregister(self) -> None:
+        if self._hook is not None:
+            atexit.unregister(self._hook)
+            self._hook = None
 
 
 def sanitize_hparams(value: Any) -> Any:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import csv
 import os
 import warnings
-from collections.abc import Callable
 from typing import Any, TextIO
 
 from typing_extensions import override
 
-from trainer.loggers.base import disk_error, flush_at_exit, sanitize_hparams
+from trainer.loggers.base import FlushAtExit, disk_error, sanitize_hparams
 from trainer.loggers.folder import FolderLogger, RunFolder
 
 STEP = "step"
@@ -130,19 +128,19 @@ class CSVLogger(FolderLogger):
         self._hparams: dict[str, Any] | None = None
         self._keep: int | None = None  # rows of the checkpointed run to keep, set on resume
         self._fresh = True  # nothing written or resumed yet: a given version's old files are checked once
-        self._exit_hook: Callable[[], None] | None = None
+        self._flush_at_exit = FlushAtExit()
 
     @override
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         """Kept until the first metrics, so a ``load_state_dict`` that comes later still picks the folder."""
         self._hparams = sanitize_hparams(dict(params))
-        self._flush_at_exit()
+        self._flush_at_exit.register(self.flush)
 
     @override
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self._hparams is not None:
             self._write_hparams()
-        self._flush_at_exit()
+        self._flush_at_exit.register(self.flush)
         self._rows.append({STEP: step, **{k: _number(v) for k, v in metrics.items() if k != STEP}})
         if len(self._rows) >= self.flush_every:
             self.flush()
@@ -173,9 +171,7 @@ class CSVLogger(FolderLogger):
         self.flush()
         if self._file is not None:
             self._file.close()
-        if self._exit_hook is not None:
-            atexit.unregister(self._exit_hook)
-            self._exit_hook = None
+        self._flush_at_exit.unregister()
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -198,10 +194,6 @@ class CSVLogger(FolderLogger):
             self._start_fresh()
             self._file = MetricsFile(os.path.join(self.log_dir, "metrics.csv"))
         return self._file
-
-    def _flush_at_exit(self) -> None:
-        if self._exit_hook is None:
-            self._exit_hook = flush_at_exit(self.flush)
 
     def _write_hparams(self) -> None:
         import yaml

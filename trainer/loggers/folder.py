@@ -24,11 +24,11 @@ def global_rank() -> int:
     """This process's global rank: the process group's once there is one, else the launcher's environment."""
     import torch.distributed as dist
 
-    from trainer.utilities.rank_zero import _rank_from_environment  # here: `import trainer` stays light
+    from trainer.launch import rank_from_environment  # here: `import trainer` stays light
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    return _rank_from_environment()
+    return rank_from_environment()
 
 
 class RunFolder:

@@ -7,7 +7,6 @@ file store (``file:./mlruns``), which is Lightning's default.
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import os
 import re
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
-from trainer.loggers.base import Logger, StepBuffer, flush_at_exit, sanitize_hparams
+from trainer.loggers.base import FlushAtExit, Logger, StepBuffer, sanitize_hparams
 from trainer.loggers.folder import RunFolder
 from trainer.loggers.mlflow_run import (
     continue_run,
@@ -121,7 +120,7 @@ class MLFlowLogger(Logger):
         self._keys: dict[str, str] = {}  # logged name -> MLflow metric key
         self._checkpoint_callback: ModelCheckpoint | None = None
         self._logged_checkpoints: dict[str, float] = {}  # path -> modification time when logged
-        self._exit_hook: Callable[[], None] | None = None
+        self._flush_at_exit = FlushAtExit()
 
     # ---- Lightning's properties -----------------------------------------------------------------------
     @property
@@ -260,8 +259,7 @@ class MLFlowLogger(Logger):
             assert self._run_id is not None
             self._client.update_run(self._run_id, status="RUNNING")
         self._active = True
-        if self._exit_hook is None:
-            self._exit_hook = flush_at_exit(self.flush)
+        self._flush_at_exit.register(self.flush)
         return True
 
     def _start(self) -> MlflowClient:
@@ -301,9 +299,7 @@ class MLFlowLogger(Logger):
         if self._active and self._client is not None and self._run_id is not None:
             self._client.set_terminated(self._run_id, status)  # waits for asynchronous logging (synchronous=False)
         self._active = False
-        if self._exit_hook is not None:
-            atexit.unregister(self._exit_hook)
-            self._exit_hook = None
+        self._flush_at_exit.unregister()
 
     # ---- what is sent -------------------------------------------------------------------------------
     def _key(self, name: str) -> str:

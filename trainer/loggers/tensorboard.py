@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
 import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from trainer.loggers.base import StepBuffer, finite_values, flush_at_exit, sanitize_hparams, to_image_array
+from trainer.loggers.base import FlushAtExit, StepBuffer, finite_values, sanitize_hparams, to_image_array
 from trainer.loggers.folder import FolderLogger, RunFolder
 
 if TYPE_CHECKING:
@@ -49,7 +47,7 @@ class TensorBoardLogger(FolderLogger):
         self._last_step: int | None = None
         self._purge_step: int | None = None
         self._event = StepBuffer(self._write_event)  # tag -> one summary value
-        self._exit_hook: Callable[[], None] | None = None
+        self._flush_at_exit = FlushAtExit()
 
     @property
     def experiment(self) -> SummaryWriter:
@@ -102,9 +100,7 @@ class TensorBoardLogger(FolderLogger):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self._exit_hook is not None:
-            atexit.unregister(self._exit_hook)
-            self._exit_hook = None
+        self._flush_at_exit.unregister()
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -120,8 +116,7 @@ class TensorBoardLogger(FolderLogger):
         self._purge_step = None if step is None else step + 1
 
     def _add(self, step: int, values: dict[str, Any]) -> None:
-        if self._exit_hook is None:
-            self._exit_hook = flush_at_exit(self._flush_to_disk)
+        self._flush_at_exit.register(self._flush_to_disk)
         self._event.add(step, values)
 
     def _write_event(self, step: int, values: dict[str, Any]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import math
@@ -10,17 +9,16 @@ import os
 import secrets
 import string
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np  # already loaded by torch
 from typing_extensions import override
 
 from trainer.loggers.base import (
+    FlushAtExit,
     Logger,
     StepBuffer,
     finite_values,
-    flush_at_exit,
     sanitize_hparams,
     to_image_array,
     to_numpy,
@@ -96,7 +94,7 @@ class WandbLogger(Logger):
         self._run: Run | None = None
         self._unsent = bool(self._config)  # hyper-parameters waiting for the run to start
         self._row = StepBuffer(self._send)
-        self._exit_hook: Callable[[], None] | None = None
+        self._flush_at_exit = FlushAtExit()
 
     @property
     def experiment(self) -> Run:
@@ -207,9 +205,7 @@ class WandbLogger(Logger):
         finally:
             self.experiment.finish(exit_code=0 if status == "success" else 1)
             self._run = None
-            if self._exit_hook is not None:
-                atexit.unregister(self._exit_hook)
-                self._exit_hook = None
+            self._flush_at_exit.unregister()
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -238,9 +234,8 @@ class WandbLogger(Logger):
             run.config.update(self._config, allow_val_change=True)
         self._unsent = False
         self._id = run.id
-        if self._exit_hook is None:
-            # Registered after wandb.init, so it runs before wandb's own exit hook closes the run.
-            self._exit_hook = flush_at_exit(self.flush)
+        # Registered after wandb.init, so it runs before wandb's own exit hook closes the run.
+        self._flush_at_exit.register(self.flush)
         return run
 
     def _add(self, step: int, values: dict[str, Any]) -> None:

@@ -22,7 +22,8 @@ import torch
 
 import trainer.data as data
 import trainer.loops.hooks as hooks
-from trainer.loops.batches import step_with_index, transfer
+from trainer.data.device import transfer
+from trainer.loops.batches import step_with_index
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:

@@ -14,19 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.base import Callback
 from trainer.module import Module
+from trainer.overrides import overrides
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
 
 Hook = Callable[..., Any]
-
-
-def overrides(obj: object, name: str, base: type) -> bool:
-    """Whether ``obj`` replaces ``base``'s hook ``name`` (in its class or on the instance)."""
-    impl = getattr(obj, name, None)
-    if impl is None:
-        return False
-    return getattr(impl, "__func__", impl) is not getattr(base, name, None)
 
 
 def is_monitoring(callback: Callback) -> bool:

@@ -25,7 +25,7 @@ def evaluate(
 ) -> list[dict[str, float]]:
     """Every sample once across ranks; returns each loader's epoch metrics."""
     loop: EvaluationLoop = trainer.validate_loop if stage == "validation" else trainer.test_loop
-    results = _run(trainer, stage, loop, model, dataloaders, ckpt_path, datamodule, keep=False)
+    results = _run_evaluation(trainer, stage, loop, model, dataloaders, ckpt_path, datamodule, keep=False)
     if verbose and trainer.is_global_zero:
         print(_table(STAGE_NAMES[stage], results), flush=True)
     return results
@@ -42,13 +42,13 @@ def predict(
     """This rank's ``predict_step`` outputs in order; one list per loader when there are several."""
     keep = True if return_predictions is None else return_predictions
     loop = trainer.predict_loop
-    _run(trainer, "predict", loop, model, dataloaders, ckpt_path, datamodule, keep=keep)
+    _run_evaluation(trainer, "predict", loop, model, dataloaders, ckpt_path, datamodule, keep=keep)
     if not keep:
         return None
     return loop.predictions[0] if len(loop.predictions) == 1 else loop.predictions
 
 
-def _run(
+def _run_evaluation(
     trainer: TrainerView,
     stage: EvalStage,
     loop: EvaluationLoop,

@@ -143,7 +143,7 @@ class Strategy(ABC):
 
     # ---- the step ------------------------------------------------------------------------
     def batch_to_device(self, batch: Any) -> Any:
-        from trainer.data import move_to_device
+        from trainer.move import move_to_device
 
         return move_to_device(batch, self.root_device)
 

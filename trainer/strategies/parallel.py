@@ -120,9 +120,7 @@ class ParallelStrategy(Strategy):
         cluster = launch.detect_cluster(len(self.device_indices), self.num_nodes)
         supervise.start_processes(cluster)
         self.cluster = cluster
-        from trainer.utilities.rank_zero import set_global_rank  # here: `import trainer` stays light
-
-        set_global_rank(cluster.rank)  # rank_zero_only (trainer.utilities) skips the other ranks, as in Lightning
+        launch.set_global_rank(cluster.rank)  # rank_zero_only (trainer.utilities) skips the other ranks, as Lightning
         if cluster.local_rank >= len(self.device_indices):
             raise RuntimeError(
                 f"local rank {cluster.local_rank} has no device: devices={self.device_indices} lists only "

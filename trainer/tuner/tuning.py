@@ -123,7 +123,7 @@ class Tuner:
             flags.update(max_steps=steps_per_trial, limit_train=1.0)
         with isolated(trainer, model, [lengths], **flags):
             search = bs.Search(
-                lambda: _run(trainer, model, method, datamodule),
+                lambda: _run_trainer_method(trainer, model, method, datamodule),
                 lambda: int(get_attr(model, datamodule, batch_arg_name)),
                 lambda size: set_attr(model, datamodule, batch_arg_name, size),
                 lengths,
@@ -137,7 +137,7 @@ class Tuner:
         return size
 
 
-def _run(trainer: Trainer, model: Module, method: str, datamodule: Any) -> None:
+def _run_trainer_method(trainer: Trainer, model: Module, method: str, datamodule: Any) -> None:
     if method == "fit":
         trainer.fit(model, datamodule=datamodule)
     elif method == "predict":

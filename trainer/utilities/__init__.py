@@ -1,8 +1,8 @@
 """What a Lightning script imports from ``lightning.pytorch.utilities`` (and its ``rank_zero``, ``grads``,
 ``types``, ``memory``, ``seed`` modules): a port's ``from trainer.utilities import ...`` finds it here."""
 
-from trainer.data.device import move_to_device as move_data_to_device
 from trainer.hparams import AttributeDict
+from trainer.move import move_to_device as move_data_to_device
 from trainer.utilities.grads import grad_norm
 from trainer.utilities.memory import garbage_collection_cuda, is_oom_error
 from trainer.utilities.rank_zero import (
