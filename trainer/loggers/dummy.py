@@ -57,3 +57,10 @@ class DummyLogger(Logger):
 
     def __getattr__(self, name: str) -> Any:
         return _nop_method(name)  # any other logger method: a no-op
+
+
+def on_global_zero() -> bool:
+    """Whether this process is global rank zero (``rank_zero_only.rank``, which the strategy sets)."""
+    from trainer.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
