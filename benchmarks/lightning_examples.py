@@ -67,7 +67,17 @@ EXAMPLES = {
     "bug_report_model": Example("bug_report/bug_report_model.py", []),
     "computer_vision_fine_tuning": Example(
         "domain_templates/computer_vision_fine_tuning.py",
-        ["fit", *SHORT[:2], "3", *SHORT[2:], *CPU, "--data.batch_size", "4", "--finetuning.milestones", "[1, 2]"],
+        [
+            "fit",
+            "--trainer.max_epochs",
+            "3",
+            *SHORT[2:],
+            *CPU,
+            "--data.batch_size",
+            "4",
+            "--finetuning.milestones",
+            "[1,2]",
+        ],
         [("cats_and_dogs", "."), ("weights", "torch_home")],
     ),
     "generative_adversarial_net": Example(

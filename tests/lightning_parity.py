@@ -86,11 +86,15 @@ def run(name: str, framework: str, world: int, shuffle: str, root: Path) -> dict
 
 
 def normalized(reported: dict[str, Any]) -> dict[str, Any]:
-    """Each side's run folder (``lightning_logs/version_0``, ``runs/default/version_0``) as ``<log_dir>``."""
-    log_dirs = {c["trainer"]["log_dir"]["value"] for c in reported["calls"]} - {".", None}
+    """Each side's run folders (``lightning_logs/version_0``, ``runs/default/version_0``) as ``<log_dir>``, the
+    next one a script's calls use as ``<log_dir_1>``, and so on."""
+    log_dirs = [c["trainer"]["log_dir"]["value"] for c in reported["calls"]]
+    names = {d: "<log_dir>" for d in log_dirs[:1]}
+    for log_dir in log_dirs:
+        names.setdefault(log_dir, f"<log_dir_{len(names)}>")
     text = json.dumps(reported)
-    for log_dir in sorted(log_dirs, key=len, reverse=True):
-        text = text.replace(json.dumps(log_dir)[1:-1], "<log_dir>")
+    for log_dir in sorted(set(names) - {".", None}, key=len, reverse=True):
+        text = text.replace(json.dumps(log_dir)[1:-1], names[log_dir])
     normal: dict[str, Any] = json.loads(text)
     for table in (t for t in normal.get("files", {}).values() if isinstance(t, dict) and "header" in t):
         readings = [i for i, name in enumerate(table["header"]) if MACHINE_READING.match(name)]

@@ -281,8 +281,8 @@ def check_shared_datamodule(out: str, cwd: Path, world: int) -> None:
     gan = re.search(r"^GAN: global_step=(\d+) metrics=(.*)$", out, re.MULTILINE)
     assert gan and int(gan[1]) == 2 * 2 * (256 // 32 // world) and "val" not in gan[2]
     assert re.search(rf"^logger=TensorBoardLogger {re.escape(skipped)}$", out, re.MULTILINE)
-    classifier = r"^Classifier: global_step=\d+ metrics=\{'train_loss': \S+, 'train_loss_epoch': \S+, 'val_loss'"
-    assert re.search(classifier, out, re.MULTILINE)
+    classifier = r"^Classifier: global_step=\d+ metrics=\{'train_loss': \S+, 'train_loss_epoch': \S+, 'train_loss_step'"
+    assert re.search(classifier + r": \S+, 'val_loss': \S+\}$", out, re.MULTILINE)
     assert ("parallel: num_processes=2" in out) == (world == 2)
     events = list(cwd.glob("runs/default/version_0/events.out.tfevents.*"))  # the GAN's run, rank zero's only
     assert len(events) == 1
@@ -303,7 +303,8 @@ def check_cli_logo(out: str, cwd: Path, world: int) -> None:
 
 def check_demos_bug_report(out: str, cwd: Path, world: int) -> None:
     assert f"boring: global_step={4} test=" in out
-    assert f"datamodule: global_step={64 // world} lr=0.1" in out  # StepLR(step_size=1) steps after the epoch
+    lr = float(value(out, f"datamodule: global_step={64 // world} lr"))
+    assert lr == pytest.approx(0.01)  # StepLR(step_size=1, gamma=0.1) stepped after the one epoch
     match = re.search(r"^transformer: vocab=(\d+) samples=(\d+) val_loss=(\S+)$", out, re.MULTILINE)
     assert match and int(match[1]) == 51 and math.isfinite(float(match[3]))  # 50 words and <eos>
 

@@ -119,12 +119,15 @@ def _files() -> dict[str, Any]:
     """Every file the run wrote, by path; a ``metrics.csv`` with its header and rows."""
     files: dict[str, Any] = {}
     for root, _, names in os.walk(_CWD):
+        events = sorted((n for n in names if n.startswith("events.out.tfevents.")), key=_event_file_order)
+        for i, name in enumerate(events):  # each stage that logs opens one: fit's, then test's, ...
+            files[os.path.join(_relative(root), f"events.out.tfevents#{i}")] = _events(os.path.join(root, name))
         for name in names:
             path = os.path.join(root, name)
             rel = _relative(path)
             if name.startswith("events.out.tfevents."):
-                files[os.path.join(os.path.dirname(rel), "events.out.tfevents")] = _events(path)
-            elif name == "metrics.csv":
+                continue
+            if name == "metrics.csv":
                 with open(path, newline="") as f:
                     reader = csv.reader(f)
                     header, *rows = list(reader)
@@ -132,6 +135,12 @@ def _files() -> dict[str, Any]:
             else:
                 files[rel] = None
     return files
+
+
+def _event_file_order(name: str) -> tuple[int, int]:
+    """``events.out.tfevents.<time>.<host>.<pid>.<n>``: in the order they were opened."""
+    parts = name.split(".")
+    return int(parts[3]), int(parts[-1])
 
 
 def _events(path: str) -> list[list[Any]]:

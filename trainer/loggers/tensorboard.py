@@ -62,6 +62,7 @@ class TensorBoardLogger(FolderLogger):
             return DummyExperiment()  # type: ignore[return-value]
         if self._writer is None:
             self._writer = _tensorboard().SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step)
+            self._write_hparams()  # first in the file, as Lightning writes them at the start of fit
         return self._writer
 
     @override
@@ -145,15 +146,15 @@ class TensorBoardLogger(FolderLogger):
     def _write_hparams(self) -> None:
         """As Lightning writes them: ``hp_metric`` -1 and the HParams plugin's summaries at step 0 (shown in
         TensorBoard's HPARAMS tab), in this run's event file."""
-        if self._hparams is None:
+        params, self._hparams = self._hparams, None  # taken first: opening the writer calls this again
+        if params is None:
             return
         summary = _tensorboard().summary
-        self._yaml_hparams.update(self._hparams)
+        self._yaml_hparams.update(params)
         writer = self.experiment._get_file_writer()
         writer.add_summary(summary.scalar("hp_metric", -1.0), 0)
-        for part in summary.hparams(_flat_hparams(self._hparams), {"hp_metric": -1}):
+        for part in summary.hparams(_flat_hparams(params), {"hp_metric": -1}):
             writer.add_summary(part, 0)
-        self._hparams = None
 
     def _write_hparams_yaml(self) -> None:
         """``hparams.yaml`` in a run folder that exists (empty when none were logged), as Lightning's."""

@@ -41,6 +41,7 @@ class EvaluationLoop:
         self.loaders: list[Iterable[Any]] = []  # this rank's share of each loader
         self.num_batches: list[int | float] = []
         self.predictions: list[list[Any]] = []
+        self.seen: list[int] = []  # batches per loader since setup: the step of their on_step values
 
     def setup(self, loaders: list[Iterable[Any]], limit: int | float | None) -> None:
         """Shard each loader without padding; count its batches under ``limit_*_batches``."""
@@ -48,6 +49,7 @@ class EvaluationLoop:
         flag = trainer.use_distributed_sampler
         self.loaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in loaders]
         self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
+        self.seen = [0 for _ in self.loaders]
 
     def run(
         self,
@@ -120,7 +122,8 @@ class EvaluationLoop:
             for hook in end:
                 hook(output, batch, batch_idx, *extra)
             if results.step_values:  # logged with on_step=True
-                trainer.metric_log.eval_step_end(trainer.current_epoch, batch_idx, write)
+                trainer.metric_log.eval_step_end(self.seen[idx], write)
+            self.seen[idx] += write  # not in the sanity check
         results.batch = None
 
 
