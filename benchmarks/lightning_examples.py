@@ -181,6 +181,7 @@ def main() -> None:
     parser.add_argument("--lightning", type=Path, required=True, help="a checkout of Lightning's repository")
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary folder)")
     parser.add_argument("--show", type=int, default=4, help="differences shown per example")
+    parser.add_argument("--append", action="append", default=[], help="one more argument for every script")
     parser.add_argument("names", nargs="*", default=list(EXAMPLES))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,6 +189,7 @@ def main() -> None:
         cache = work / "synthetic"
         print(f"{'example':<28} result (Lightning {_version()} vs steadytrain, imports ported; CPU, synthetic data)")
         for name in args.names:
+            EXAMPLES[name].args += args.append
             forced = EXAMPLES[name].forced
             print(row(name, args.lightning, work, cache, args.show), flush=True)
             if forced:

@@ -269,3 +269,17 @@ def test_the_demos_are_lightnings_weight_for_weight_and_sample_for_sample(tmp_pa
         mine_samples, their_samples = ([m.dataset_train[i][0] for i in (0, 5)] for m in data)
         assert all(torch.equal(a, b) for a, b in zip(mine_samples, their_samples))
         assert len(data[0].train_dataloader()) == len(data[1].train_dataloader()) == 1  # 32 samples, drop_last
+
+
+def test_evaluation_never_loads_a_batch_past_limit_val_batches() -> None:
+    class Counted(TensorDataset):
+        reads = 0
+
+        def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+            Counted.reads += 1
+            return super().__getitem__(index)
+
+    loader = DataLoader(Counted(torch.randn(40, 4)), batch_size=4)
+    trainer = Trainer(limit_val_batches=3, logger=False, enable_progress_bar=False)
+    trainer.validate(WithValidation(), loader, verbose=False)
+    assert Counted.reads == 3 * 4  # a 4th batch would be read and thrown away

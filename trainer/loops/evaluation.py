@@ -15,6 +15,8 @@ Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -108,9 +110,9 @@ class EvaluationLoop:
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")
         outputs = self.predictions[idx]
         write = not trainer.sanity_checking
+        if not math.isinf(total):  # never load a batch past the limit (Lightning's loaders stop there too)
+            batches = itertools.islice(batches, int(total))
         for batch_idx, batch in enumerate(batches):
-            if batch_idx >= total:
-                break
             if to_device is not None:
                 batch = to_device(batch)
             results.batch = batch
