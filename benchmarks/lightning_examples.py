@@ -165,7 +165,7 @@ def row(name: str, lightning: Path, work: Path, cache: Path, show: int) -> str:
     theirs, their_output = run(name, "lightning", lightning, work, cache)
     ours, our_output = run(name, "steadytrain", lightning, work, cache)
     if theirs is None:
-        if ours is None and last_error(our_output) == last_error(their_output):
+        if ours is None and last_error(their_output).split(": ", 1)[-1][:60] in our_output:
             return f"{name:<28} both fail alike: {last_error(their_output)}"
         mine = "runs" if ours is not None else f"fails: {last_error(our_output)}"
         return f"{name:<28} Lightning fails: {last_error(their_output)}\n    steadytrain {mine}"
