@@ -257,9 +257,10 @@ def summarise(fit: trainer.Trainer) -> None:
         last = callback.last_model_path
         shown = f" (last: {last})" if last and Path(last).exists() else ""
         print(f"checkpoints     : {callback.dirpath}{shown}")
-    if type(fit.logger).__name__ == "CSVLogger":
+    logger = getattr(fit, "logger", None)
+    if type(logger).__name__ == "CSVLogger":
         print(f"metrics         : {Path(fit.log_dir) / 'metrics.csv'}")
-    elif fit.logger is not None:
+    elif logger is not None:
         print(f"logs            : {fit.log_dir} (tensorboard --logdir {fit.log_dir})")
     print(f"sample masks    : {Path(fit.log_dir) / 'samples'}")
 

@@ -180,6 +180,7 @@ class Logs(NoValidation):
 
 
 def test_epoch_values_are_lightnings_sums_in_lightnings_dtype() -> None:
+    torch.manual_seed(0)
     x = torch.randn(10, 4)
     module = Logs()
     start = [p.detach().clone() for p in module.parameters()]
@@ -193,21 +194,21 @@ def test_epoch_values_are_lightnings_sums_in_lightnings_dtype() -> None:
         "count": torch.float32,
     }
     # Lightning's _ResultMetric: value = 0.0 (float32) + loss * batch_size, ..., then / the int64 count
+    net = torch.nn.Linear(4, 1)
     with torch.no_grad():
-        net = torch.nn.Linear(4, 1)
         for p, s in zip(net.parameters(), start):
             p.copy_(s)
-        total, count, losses = torch.tensor(0.0), torch.tensor(0), []
-        for i in range(0, 10, 4):
-            batch = x[i : i + 4]
-            loss = net(batch).pow(2).mean()
-            total, count = total + loss * len(batch), count + len(batch)
-            losses.append(loss)
-            with torch.enable_grad():
-                net.zero_grad()
-                net(batch).pow(2).mean().backward()
-            for p in net.parameters():
-                p -= 0.1 * p.grad
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    total, count, losses = torch.tensor(0.0), torch.tensor(0), []
+    for i in range(0, 10, 4):
+        batch = x[i : i + 4]
+        loss = net(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss = loss.detach()
+        total, count = total + loss * len(batch), count + len(batch)  # Lightning's _ResultMetric.update
+        losses.append(loss)
     assert torch.equal(metrics["loss"], total / count)  # bit for bit
     assert metrics["half"] == max(loss.bfloat16().float() for loss in losses) and metrics["count"] == 3.0
 

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from trainer.loggers.csv import CSVLogger
+from trainer.loggers.folder import FolderLogger
 
 
 class CSVExperiment:
     """What ``self.logger.experiment`` is under a ``CSVLogger``: rows of numbers, nothing drawn."""
 
-    def __init__(self, logger: CSVLogger) -> None:
+    def __init__(self, logger: FolderLogger) -> None:
         self._logger = logger
 
     @property

@@ -51,7 +51,5 @@ def __getattr__(name: str) -> Any:
     if name in lazy:
         return strategy_class(lazy[name])
     if name == "ParallelStrategy":  # the base of DDP and FSDP: `isinstance(trainer.strategy, ParallelStrategy)`
-        from trainer.strategies.parallel import ParallelStrategy
-
-        return ParallelStrategy
+        return importlib.import_module("trainer.strategies.parallel").ParallelStrategy  # by name, as STRATEGIES
     raise AttributeError(f"module 'trainer.strategies' has no attribute {name!r}")
