@@ -145,7 +145,8 @@ def _event_file_order(name: str) -> tuple[int, int]:
 
 def _events(path: str) -> list[list[Any]]:
     """A TensorBoard event file as ``[tag, step, value]`` rows (a scalar's value; what kind of summary
-    otherwise), in order; the file's name holds the time and host, so it is not compared."""
+    otherwise), as TensorBoard shows them: by tag and step (the order of values within a step is not seen),
+    repeats in file order; the file's name holds the time and host, so it is not compared."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     rows: list[list[Any]] = []
@@ -154,7 +155,7 @@ def _events(path: str) -> list[list[Any]]:
             kind = value.metadata.plugin_data.plugin_name or value.WhichOneof("value")
             scalar = value.tensor.float_val[0] if kind == "scalars" and value.tensor.float_val else None
             rows.append([value.tag, event.step, scalar if scalar is not None else kind])
-    return rows
+    return sorted(rows, key=lambda row: (row[0], row[1]))
 
 
 def _write() -> None:
