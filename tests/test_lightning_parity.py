@@ -33,6 +33,8 @@ DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     " (documented)",
     "gan": "Lightning's DDP refuses it (parameters unused by a loss need strategy='ddp_find_unused_parameters_true')",
     "shared_datamodule": "its GAN, as gan's: Lightning's DDP refuses parameters unused by a loss",
+    "demos_bug_report": "its BoringModel fits match; its Transformer fit (dropout, gradient_clip_val) reports other"
+    " losses on 2 ranks (3.877 vs 3.972 train_loss); the cause is not found yet",
     "profiler_simple": "matches, but Lightning's second fit once reported other values under a loaded machine (1 run"
     " of 6; its side varied, ours did not); the cause is not found yet",
 }
