@@ -257,7 +257,11 @@ def summarise(fit: trainer.Trainer) -> None:
         last = callback.last_model_path
         shown = f" (last: {last})" if last and Path(last).exists() else ""
         print(f"checkpoints     : {callback.dirpath}{shown}")
-    print(f"metrics         : {Path(fit.log_dir) / 'metrics.csv'}")
+    logger = getattr(fit, "logger", None)
+    if type(logger).__name__ == "CSVLogger":
+        print(f"metrics         : {Path(fit.log_dir) / 'metrics.csv'}")
+    elif logger is not None:
+        print(f"logs            : {fit.log_dir} (tensorboard --logdir {fit.log_dir})")
     print(f"sample masks    : {Path(fit.log_dir) / 'samples'}")
 
 

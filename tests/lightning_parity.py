@@ -8,7 +8,8 @@ tests/lightning_parity_site/sitecustomize.py records, in both runs and without a
 script, the lines it prints, every ``fit``/``validate``/``test``/``predict`` result with the Trainer's
 and ModelCheckpoint's values (and their types), and the files written with each ``metrics.csv``.
 Numbers must agree within ``RTOL`` (relative); a printed number within its last printed digit.
-Both runs are fp32 on the CPU with Lightning's default logger set to its CSVLogger (steadytrain's).
+Both runs are fp32 on the CPU with each framework's default logger set to its CSVLogger (a script marked
+``# parity: native default logger`` keeps TensorBoard, and its event files' scalars are compared).
 With ``--shuffle off`` the Lightning run's DDP training sampler is held to the script's order too:
 Lightning shuffles a DDP training loader even with ``shuffle=False``, steadytrain keeps the order (a
 documented difference), and the comparison is about the rest. A Tuner's internal fits are not compared.
@@ -26,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import REPO_ROOT, clean_env, run_python
-from tests.test_lightning_style import CLI_CONFIG, CLI_DDP, DDP, SCRIPTS, lightning_original, script_names
+from tests.test_lightning_style import SCRIPTS, lightning_original, script_args, script_names
 
 RTOL = 1e-6
+# A script with this line runs with each framework's own default logger (TensorBoard where installed);
+# the others with CSVLogger on both sides, so their metrics.csv rows are compared.
+NATIVE_LOGGER = "# parity: native default logger"
 SITE = REPO_ROOT / "tests" / "lightning_parity_site"
 # Differences kept on purpose, each in docs/migration/from-lightning.md: file names only one side writes.
 DOCUMENTED_FILES = {
@@ -59,9 +63,16 @@ def run(name: str, framework: str, world: int, shuffle: str, root: Path) -> dict
         source.mkdir(exist_ok=True)
         script = source / f"{name}.py"
         script.write_text(lightning_original((SCRIPTS / f"{name}.py").read_text()))
-    args = CLI_CONFIG + (CLI_DDP if world > 1 else []) if name == "lightning_cli" else DDP if world > 1 else []
+    args = script_args(name, world)
     out = root / f"{framework}-{name}-{world}.json"
-    env = clean_env(PARITY_FRAMEWORK=framework, PARITY_OUT=str(out), PARITY_SCRIPT=str(script), PARITY_SHUFFLE=shuffle)
+    logger = "native" if NATIVE_LOGGER in (SCRIPTS / f"{name}.py").read_text() else "csv"
+    env = clean_env(
+        PARITY_FRAMEWORK=framework,
+        PARITY_OUT=str(out),
+        PARITY_SCRIPT=str(script),
+        PARITY_SHUFFLE=shuffle,
+        PARITY_DEFAULT_LOGGER=logger,
+    )
     env["PYTHONPATH"] = f"{SITE}:{env['PYTHONPATH']}"
     done = run_python([str(script), *args], env=env, cwd=cwd, timeout=300)
     if framework == "lightning" and done.returncode != 0 and GLOO_EXIT_ABORT in done.output:
@@ -75,11 +86,15 @@ def run(name: str, framework: str, world: int, shuffle: str, root: Path) -> dict
 
 
 def normalized(reported: dict[str, Any]) -> dict[str, Any]:
-    """Each side's run folder (``lightning_logs/version_0``, ``runs/default/version_0``) as ``<log_dir>``."""
-    log_dirs = {c["trainer"]["log_dir"]["value"] for c in reported["calls"]} - {".", None}
+    """Each side's run folders (``lightning_logs/version_0``, ``runs/default/version_0``) as ``<log_dir>``, the
+    next one a script's calls use as ``<log_dir_1>``, and so on."""
+    log_dirs = [c["trainer"]["log_dir"]["value"] for c in reported["calls"]]
+    names = {d: "<log_dir>" for d in log_dirs[:1]}
+    for log_dir in log_dirs:
+        names.setdefault(log_dir, f"<log_dir_{len(names)}>")
     text = json.dumps(reported)
-    for log_dir in sorted(log_dirs, key=len, reverse=True):
-        text = text.replace(json.dumps(log_dir)[1:-1], "<log_dir>")
+    for log_dir in sorted(set(names) - {".", None}, key=len, reverse=True):
+        text = text.replace(json.dumps(log_dir)[1:-1], names[log_dir])
     normal: dict[str, Any] = json.loads(text)
     for table in (t for t in normal.get("files", {}).values() if isinstance(t, dict) and "header" in t):
         readings = [i for i, name in enumerate(table["header"]) if MACHINE_READING.match(name)]

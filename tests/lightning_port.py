@@ -24,13 +24,24 @@ PACKAGES = {
     r"lightning\.pytorch\.cli": "trainer.cli",
     r"lightning\.pytorch\.utilities(?:\.\w+)?": "trainer.utilities",
     r"lightning\.pytorch\.tuner(?:\.\w+)?": "trainer.tuner",
+    r"lightning\.pytorch\.strategies(?:\.\w+)?": "trainer.strategies",
+    r"lightning\.pytorch\.demos(?:\.\w+)?": "trainer.demos",
+    # where Lightning defines its top-level names: LightningModule in core, Trainer in trainer
+    r"lightning\.pytorch\.(?:core|trainer)(?:\.\w+)?": "trainer",
 }
+# ``import lightning as L`` / ``import lightning.pytorch as pl``: trainer has L.LightningModule, L.Trainer, ...
+MODULES = {r"lightning(?:\.pytorch)?": "trainer"}
 
 
 def port(line: str) -> str:
-    """``from lightning.pytorch[.x] import A, B`` in steadytrain's names; any other line unchanged."""
+    """``from lightning.pytorch[.x] import A, B`` and ``import lightning[.pytorch] as L`` in steadytrain's
+    names; any other line unchanged (its indentation kept)."""
+    indent, code = re.fullmatch(r"(\s*)(.*)", line, re.DOTALL).groups()  # type: ignore[union-attr]
     for pattern, ours in PACKAGES.items():
-        if match := re.fullmatch(rf"from {pattern} import (.+)", line):
+        if match := re.fullmatch(rf"from {pattern} import (.+)", code):
             names = [RENAMED.get(name.strip(), name.strip()) for name in match[1].split(",")]
-            return f"from {ours} import {', '.join(names)}"
+            return f"{indent}from {ours} import {', '.join(names)}"
+    for pattern, ours in MODULES.items():
+        if match := re.fullmatch(rf"import {pattern} as (\w+)", code):
+            return f"{indent}import {ours} as {match[1]}"
     return line

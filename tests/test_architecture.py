@@ -29,6 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trainer.launch",
             "trainer.move",
             "trainer.overrides",
+            "trainer.logo",
+            "trainer.user_warnings",
             "trainer.precision",
             "trainer.profilers",
             "trainer.view",
@@ -45,6 +47,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("loops", ["trainer.loops"]),
     ("the Trainer", ["trainer.trainer"]),
     ("around a Trainer: the Tuner, Lightning's utilities", ["trainer.tuner", "trainer.utilities"]),
+    ("Lightning's demo models and data", ["trainer.demos"]),
     ("entry points", ["trainer.cli", "trainer", "trainer.__main__"]),
 ]
 EXCEPTIONS: dict[tuple[str, str], str] = {}  # (importer, imported) -> why it may point up

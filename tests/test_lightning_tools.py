@@ -228,7 +228,10 @@ def test_resume_inside_a_scheduled_epoch_is_bitwise_equal(tmp_path: Path) -> Non
 
 # ---- the migration guide's list of what a port cannot find ------------------------------------------------
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "migration" / "from-lightning.md"
-LIGHTNING_MODULES = ("", "callbacks", "loggers", "profilers", "utilities", "tuner", "cli")
+LIGHTNING_MODULES = (
+    *("", "callbacks", "loggers", "profilers", "utilities", "tuner", "cli"),
+    *("strategies", "demos", "core", "trainer"),
+)
 
 
 def lightning_public_names(module: Any) -> list[str]:

@@ -89,15 +89,17 @@ def test_batch_size_weights_the_epoch_mean(tmp_path: Path) -> None:
     assert fit.callback_metrics["w"].item() == pytest.approx((0 * 1 + 1 * 3) / 4)
 
 
-def test_validation_step_values_reach_the_loggers_at_the_batch_index(tmp_path: Path) -> None:
-    """Lightning writes ``on_step=True`` evaluation values per batch, at ``step=batch_idx``; not while
-    sanity checking. The epoch value goes at Lightning's logger step: the batches stepped before the
-    batch whose end ran the validation."""
+def test_validation_step_values_reach_the_loggers_at_the_batches_seen(tmp_path: Path) -> None:
+    """Lightning writes ``on_step=True`` evaluation values per batch, at the step of the loader's batches seen
+    since its loaders were set up (a fit's validations count on: 0, 1, 2, then 3, 4, 5), not while sanity
+    checking. The epoch value goes at Lightning's logger step: the batches stepped before the batch whose
+    end ran the validation."""
     mem = Memory()
     fit = quiet(tmp_path, max_epochs=2, logger=mem, num_sanity_val_steps=2)
     module = Logs(val=[("v", "idx", dict(on_step=True, on_epoch=True))])
     fit.fit(module, loader(ten(), batch_size=4), loader(ten(), batch_size=4))
-    assert mem.values("v_step") == [(0, 1.0), (1, 2.0), (2, 3.0)] * 2
+    assert mem.values("v_step") == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 1.0), (4, 2.0), (5, 3.0)]
+    assert all("epoch" not in row for _, row in mem.rows if "v_step" in row)  # Lightning's rows: no epoch
     assert mem.values("v_epoch") == [(2, pytest.approx(1.8)), (5, pytest.approx(1.8))]  # Lightning's steps
     assert fit.validate(module, loader(ten(), batch_size=4), verbose=False)[0]["v_epoch"] == pytest.approx(1.8)
     assert mem.values("v_step")[-3:] == [(0, 1.0), (1, 2.0), (2, 3.0)]

@@ -479,8 +479,11 @@ def test_tensorboard_event_file(tmp_path: Path) -> None:
     ]
     assert {"rgb", "gray/0", "gray/1"} <= set(events.Tags()["images"])
     assert events.Histograms("weights")[0].step == 2
-    text = events.Tensors("hparams/text_summary")[0].tensor_proto.string_val[0].decode()
-    assert "lr: 0.1" in text and "device: cpu" in text
+    assert [(e.step, e.value) for e in events.Scalars("hp_metric")] == [(0, -1.0)]  # Lightning's HPARAMS tab
+    hparams = [e for e in loader.EventFileLoader(event_file).Load() for v in e.summary.value if v.tag.startswith("_hp")]
+    assert len(hparams) == 3 and b"device" in hparams[0].summary.value[0].metadata.plugin_data.content
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as f:
+        assert yaml.safe_load(f) == {"lr": 0.1, "device": "cpu"}
 
 
 def test_tensorboard_resume_purges_the_crashed_tail(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_on_step_and_on_epoch_give_step_and_epoch_keys(tmp_path: Path) -> None:
     fit = quiet(tmp_path, logger=mem, log_every_n_steps=1)
     fit.fit(module, loader(ten(), batch_size=5), loader(ten(), batch_size=5))
     assert mem.values("x_step") == [(0, 1.0), (1, 2.0)]
-    assert mem.values("x_epoch") == [(2, 1.5)]
+    assert mem.values("x_epoch") == [(1, 1.5)]  # Lightning: at the epoch's last stepped batch
     assert mem.values("y_epoch") == [(1, 1.5)]  # Lightning: before the last batch is counted
     assert "x" not in mem.names() and "y" not in mem.names()
     assert {"x_step", "x_epoch", "y_epoch"} <= set(fit.callback_metrics)
@@ -152,7 +152,7 @@ def test_reduce_fx(tmp_path: Path, fx: str, expected: float) -> None:
     assert fit.callback_metrics["v"].item() == pytest.approx(expected)
 
 
-def test_logger_false_and_prog_bar(tmp_path: Path) -> None:
+def test_logger_false_and_prog_bar(tmp_path: Path, without_tensorboard: None) -> None:
     module = Logs(
         train=[
             ("hidden", "idx", dict(logger=False)),
@@ -279,11 +279,19 @@ def test_logging_in_on_train_epoch_end_is_recorded(tmp_path: Path) -> None:
     mem = Memory()
     fit = quiet(tmp_path, max_epochs=2, logger=mem)
     fit.fit(EpochEnd(), loader(ten(), batch_size=4))
-    assert mem.values("epoch_value") == [(3, 1.0), (6, 2.0)]
+    assert mem.values("epoch_value") == [(2, 1.0), (5, 2.0)]  # Lightning's: the epoch's last stepped batch
 
 
 # ---- loggers on disk -----------------------------------------------------------------------------------
-def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path) -> None:
+@pytest.fixture
+def without_tensorboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine without tensorboard: the default logger (``logger=True``) is then a CSVLogger."""
+    import trainer.loggers.build
+
+    monkeypatch.setattr(trainer.loggers.build, "tensorboard_available", lambda: False)
+
+
+def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path, without_tensorboard: None) -> None:
     fit = quiet(tmp_path, logger=True, max_epochs=2, log_every_n_steps=2)
     fit.fit(
         Regressor(features=8, lr=0.01),
@@ -383,6 +391,7 @@ def test_an_epoch_shorter_than_log_every_n_steps_warns_naming_both(tmp_path: Pat
         models.quiet(tmp_path, max_epochs=1, logger=True).fit(Regressor(), data)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: the interval fits, or nothing logs
+        warnings.filterwarnings("ignore", "You defined a `validation_step` but have no `val_dataloader`")
         models.quiet(tmp_path, max_epochs=1, logger=True, log_every_n_steps=25).fit(Regressor(), data)
         models.quiet(tmp_path, max_epochs=1, logger=False).fit(Regressor(), data)
 

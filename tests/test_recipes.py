@@ -32,6 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 H, W = 48, 64  # generated image size; loaded at scale 0.5 -> 24 x 32 (>= 16, enough for four poolings)
 
 
+# The tests read metrics.csv: a CSVLogger, which the default logger is only where tensorboard is not installed.
+CSV_LOGGER = ["--trainer.logger", "trainer.loggers.CSVLogger"]
+
+
 def unet_args(tmp: Path, *extra: str) -> list[str]:
     """A UNet command line that trains for seconds: 24 images of 48x64 at half scale, base width 4."""
     return [
@@ -39,12 +43,16 @@ def unet_args(tmp: Path, *extra: str) -> list[str]:
         *("--data.scale", "0.5", "--data.batch_size", "4", "--model.base", "4"),
         *("--trainer.limit_train_batches", "3", "--trainer.log_every_n_steps", "1"),
         *("--trainer.default_root_dir", str(tmp / "runs"), "--trainer.enable_progress_bar", "false"),
+        *CSV_LOGGER,
+        "--trainer.logger.save_dir",
+        str(tmp / "runs"),
         *extra,
     ]
 
 
 SHUFFLENET_ARGS = [
     *("--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.enable_progress_bar", "false"),
+    *CSV_LOGGER,
     *("--data.n_train", "64", "--data.n_val", "32", "--data.batch_size", "16"),
 ]
 

@@ -45,7 +45,7 @@ def test_each_loader_gets_its_own_exact_metrics_and_the_step_its_index(tmp_path:
     assert (both[0]["seen/dataloader_idx_0"], both[1]["seen/dataloader_idx_1"]) == (13, 7)
     assert "val_loss/dataloader_idx_1" not in both[0]  # each dict holds its own loader's keys ...
     pooled = (alone[0]["val_loss"] * 13 + alone[1]["val_loss"] * 7) / 20
-    assert both[0]["all_loss"] == both[1]["all_loss"] == pytest.approx(pooled, rel=1e-12)  # ... and the shared
+    assert both[0]["all_loss"] == both[1]["all_loss"] == pytest.approx(pooled, rel=1e-6)  # float32 ... and the shared
 
 
 def test_a_dict_of_loaders_is_several_loaders_in_its_order(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "Timer",
     "Trainer",
     "__version__",
+    "cli_lightning_logo",
     "seed_everything",
 ]
 
@@ -48,4 +49,8 @@ def __getattr__(name: str) -> object:
         import trainer.callbacks
 
         return getattr(trainer.callbacks, name)
+    if name == "cli_lightning_logo":  # what Lightning's example scripts call before LightningCLI
+        from trainer.logo import cli_lightning_logo
+
+        return cli_lightning_logo
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -68,15 +68,16 @@ class MetricLog:
             unwritten, self._unwritten = self._unwritten, {}
             self._write(unwritten, self.results.no_logger, epoch, step)
 
-    def eval_step_end(self, epoch: int, batch_idx: int, write: bool) -> None:
-        """Values an evaluation step logged with ``on_step=True`` go to the loggers at ``step=batch_idx``, as
-        in Lightning. They are this rank's own: ranks evaluate uneven shares (no padding), so a per-step
+    def eval_step_end(self, seen: int, write: bool) -> None:
+        """Values an evaluation step logged with ``on_step=True`` go to the loggers at ``step=seen``, the loader's
+        batches seen since its loaders were set up (a fit's validations count on), with no ``epoch``, as in
+        Lightning. They are this rank's own: ranks evaluate uneven shares (no padding), so a per-step
         reduction would wait for batches other ranks do not have; epoch values are exact across ranks."""
         results = self.results
         values, results.step_values = results.step_values, {}
         if write:
             self._record_logged(values, results.no_logger)
-            self._write(values, results.no_logger, epoch, batch_idx)
+            self._write(values, results.no_logger, None, seen)
 
     def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
         """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
@@ -95,13 +96,14 @@ class MetricLog:
         on every rank, whether or not a logger writes it now (``log_every_n_steps``) or at all."""
         self.logged_metrics.update({k: v for k, v in values.items() if k not in hidden})
 
-    def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int, step: int) -> None:
+    def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int | None, step: int) -> None:
         if not values or not self.loggers or not self.strategy.is_global_zero:
             return
         floats: dict[str, float] = {k: float(v) for k, v in values.items() if k not in hidden}
         if not floats:
             return
-        floats["epoch"] = epoch
+        if epoch is not None:
+            floats["epoch"] = epoch
         for lg in self.loggers:
             lg.log_metrics(floats, step)
 

@@ -9,6 +9,7 @@ own (with Lightning's warning, once per name, for an epoch value under several r
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -57,22 +58,24 @@ class _EpochValue:
     metric: Any = None  # a torchmetrics Metric, computed at the epoch end
 
     def add(self, value: torch.Tensor, batch_size: int) -> None:
-        value = value.detach().to(torch.float64)
-        if self.reduce_fx == "mean":
-            value = value * batch_size
+        """Lightning's accumulation, op for op: the sum starts at 0 (-inf, inf for max, min) in the default
+        float dtype and takes each value in its own (promoting), the count is an int64 tensor."""
+        value = value.detach()
         if self.total is None:
-            self.total = value.clone()
+            start = {"max": -math.inf, "min": math.inf}.get(self.reduce_fx, 0.0)
             # a fill, not torch.tensor(..., device=): that copies from the host and waits for the device
-            self.count = torch.full((), float(batch_size), dtype=torch.float64, device=value.device)
-            return
-        if self.reduce_fx in ("mean", "sum"):
-            self.total += value
+            self.total = torch.full((), start, dtype=default_float(), device=value.device)
+            self.count = torch.zeros((), dtype=torch.int64, device=value.device)
+        assert self.count is not None
+        if self.reduce_fx == "mean":
+            self.total = self.total + value * batch_size
+        elif self.reduce_fx == "sum":
+            self.total = self.total + value
         elif self.reduce_fx == "max":
             self.total = torch.maximum(self.total, value)
         else:
             self.total = torch.minimum(self.total, value)
-        assert self.count is not None
-        self.count += batch_size
+        self.count = self.count + batch_size
 
     def value(self) -> torch.Tensor:
         assert self.total is not None and self.count is not None
@@ -178,7 +181,7 @@ class Results:
         values = self.step_values
         self.step_values = {}
         for key in sorted(self.step_sync & values.keys()):
-            values[key] = strategy.all_reduce(values[key].detach().float(), "mean")
+            values[key] = strategy.all_reduce(values[key].detach(), "mean")  # in its dtype (as_scalar), as Lightning
         return values
 
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
@@ -201,15 +204,16 @@ def _reduce(entries: dict[str, _EpochValue], strategy: Strategy) -> dict[str, to
         _warn_unsynced(entries, strategy)
         synced = _on_every_rank(entries, strategy)
         summed = [e for e in synced if e.reduce_fx in ("mean", "sum")]
-        if summed:
-            flat = strategy.all_reduce(torch.stack([t for e in summed for t in (e.total, e.count)]), "sum")  # type: ignore[misc]
+        if summed:  # in float64 (exact for the counts), each back in its own dtype
+            flat = strategy.all_reduce(torch.stack([t.double() for e in summed for t in (e.total, e.count)]), "sum")  # type: ignore[union-attr]
             for i, entry in enumerate(summed):
-                entry.total, entry.count = flat[2 * i], flat[2 * i + 1]
+                entry.total = flat[2 * i].to(entry.total.dtype)  # type: ignore[union-attr]
+                entry.count = flat[2 * i + 1].to(torch.int64)
         for op in ("max", "min"):
             if group := [e for e in synced if e.reduce_fx == op]:
-                flat = strategy.all_reduce(torch.stack([e.total for e in group]), op)  # type: ignore[misc]
+                flat = strategy.all_reduce(torch.stack([e.total.double() for e in group]), op)  # type: ignore[union-attr]
                 for i, entry in enumerate(group):
-                    entry.total = flat[i]
+                    entry.total = flat[i].to(entry.total.dtype)  # type: ignore[union-attr]
     return {key: entry.value() for key, entry in entries.items()}
 
 
@@ -246,13 +250,22 @@ def _on_every_rank(entries: dict[str, _EpochValue], strategy: Strategy) -> list[
     return [entries[k] for k in mine if k in common]
 
 
+def default_float() -> torch.dtype:
+    """Lightning's dtype for logged values: torch's default float dtype, but not below float32."""
+    dtype = torch.get_default_dtype()
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def as_scalar(value: Any, name: str) -> torch.Tensor:
+    """A logged value as a 0-dim tensor in Lightning's dtype: float32 or float64 kept, anything else (ints,
+    half precision) in ``default_float()``, numbers too."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"self.log({name!r}) expects a scalar, got a tensor of shape {tuple(value.shape)}.")
-        return value.detach().reshape(())
+        value = value.detach().reshape(())
+        return value if value.dtype in (torch.float32, torch.float64) else value.to(default_float())
     if isinstance(value, bool | int | float):
-        return torch.tensor(float(value))
+        return torch.tensor(float(value), dtype=default_float())
     raise TypeError(
         f"self.log({name!r}) expects a number, a scalar tensor or a torchmetrics Metric, got {type(value).__name__}."
     )

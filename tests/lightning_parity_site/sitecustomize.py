@@ -8,8 +8,10 @@ At exit, rank zero writes them as JSON to ``PARITY_OUT``, with the run folder's 
 of each ``metrics.csv``. With ``PARITY_SHUFFLE=off`` every ``DataLoader`` is built with
 ``shuffle=False`` (on every rank: each imports this file).
 
-Lightning's default logger is TensorBoard where tensorboard is installed; here it is its
-``CSVLogger`` (steadytrain's default), so both runs write a ``metrics.csv`` to compare.
+Both frameworks' default logger is TensorBoard where tensorboard is installed, else CSV. Here it is
+``CSVLogger`` on both sides, so both runs write a ``metrics.csv`` to compare; with
+``PARITY_DEFAULT_LOGGER=native`` each keeps its own rule, and the scalars of each TensorBoard event file are
+recorded instead (a script that draws with ``self.logger.experiment`` needs TensorBoard).
 """
 
 from __future__ import annotations
@@ -117,9 +119,14 @@ def _files() -> dict[str, Any]:
     """Every file the run wrote, by path; a ``metrics.csv`` with its header and rows."""
     files: dict[str, Any] = {}
     for root, _, names in os.walk(_CWD):
+        events = sorted((n for n in names if n.startswith("events.out.tfevents.")), key=_event_file_order)
+        for i, name in enumerate(events):  # each stage that logs opens one: fit's, then test's, ...
+            files[os.path.join(_relative(root), f"events.out.tfevents#{i}")] = _events(os.path.join(root, name))
         for name in names:
             path = os.path.join(root, name)
             rel = _relative(path)
+            if name.startswith("events.out.tfevents."):
+                continue
             if name == "metrics.csv":
                 with open(path, newline="") as f:
                     reader = csv.reader(f)
@@ -128,6 +135,27 @@ def _files() -> dict[str, Any]:
             else:
                 files[rel] = None
     return files
+
+
+def _event_file_order(name: str) -> tuple[int, int]:
+    """``events.out.tfevents.<time>.<host>.<pid>.<n>``: in the order they were opened."""
+    parts = name.split(".")
+    return int(parts[3]), int(parts[-1])
+
+
+def _events(path: str) -> list[list[Any]]:
+    """A TensorBoard event file as ``[tag, step, value]`` rows (a scalar's value; what kind of summary
+    otherwise), as TensorBoard shows them: by tag and step (the order of values within a step is not seen),
+    repeats in file order; the file's name holds the time and host, so it is not compared."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    rows: list[list[Any]] = []
+    for event in EventFileLoader(path).Load():
+        for value in event.summary.value:
+            kind = value.metadata.plugin_data.plugin_name or value.WhichOneof("value")
+            scalar = value.tensor.float_val[0] if kind == "scalars" and value.tensor.float_val else None
+            rows.append([value.tag, event.step, scalar if scalar is not None else kind])
+    return sorted(rows, key=lambda row: (row[0], row[1]))
 
 
 def _write() -> None:
@@ -193,14 +221,20 @@ def _install() -> None:
         _no_shuffle()
         if _FRAMEWORK == "lightning":
             _lightning_ddp_no_shuffle()
+    csv_default = os.environ.get("PARITY_DEFAULT_LOGGER", "csv") == "csv"
     if _FRAMEWORK == "lightning":
         from lightning.pytorch import Trainer
         from lightning.pytorch.trainer.connectors.logger_connector import logger_connector
 
-        logger_connector._TENSORBOARD_AVAILABLE = logger_connector._TENSORBOARDX_AVAILABLE = False
+        if csv_default:
+            logger_connector._TENSORBOARD_AVAILABLE = logger_connector._TENSORBOARDX_AVAILABLE = False
         atexit.register(_destroy_lightning_group)  # registered before _write, so it runs after it
     else:
+        import trainer.loggers.build
         from trainer import Trainer
+
+        if csv_default:
+            trainer.loggers.build.tensorboard_available = lambda: False
     for call in ("fit", "validate", "test", "predict"):
         _wrap(Trainer, call)
     _print = builtins.print

@@ -1,6 +1,6 @@
 """One run of a sweep whose runs start together in one folder (tests/test_run_claims.py).
 
-    python sweep_job.py FOLDER TAG --jobs N [--ddp] [--dirpath D] [--logger csv|tensorboard|mlflow] [--resume]
+    python sweep_job.py FOLDER TAG --jobs N [--ddp] [--dirpath D] [--logger csv|default|tensorboard|mlflow] [--resume]
 
 Every run waits on a file barrier (``FOLDER/barrier``: each run adds its file, then waits until ``N``
 are there) right before its Trainer is built, so the runs choose their folders and checkpoint names at
@@ -57,11 +57,13 @@ def barrier(folder: Path, jobs: int, tag: str, timeout: float = 120.0) -> None:
 
 
 def build_logger(kind: str, root: Path) -> Any:
+    if kind == "default":
+        return True  # Lightning's rule: TensorBoard where it is installed, else CSV
     if kind == "tensorboard":
         return trainer.loggers.TensorBoardLogger(save_dir=str(root))
     if kind == "mlflow":
         return trainer.loggers.MLFlowLogger(save_dir=str(root), experiment_name="default")
-    return True  # the default CSVLogger
+    return trainer.loggers.CSVLogger(save_dir=str(root))
 
 
 def main() -> None:

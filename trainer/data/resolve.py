@@ -72,6 +72,34 @@ def _is_loader_dict(obj: Any) -> bool:
     )
 
 
+def validates(module: Any) -> bool:
+    """Whether fit validates: only a module with a ``validation_step`` does (Lightning skips the loop, and the
+    sanity check, otherwise, and never asks for the validation loaders)."""
+    return callable(getattr(module, "validation_step", None))
+
+
+def _defines_val_loader(source: Any) -> bool:
+    """Lightning's test: ``val_dataloader`` overridden (a DataModule's default returns None)."""
+    from trainer.datamodule import DataModule
+
+    hook = getattr(source, "val_dataloader", None)
+    if not callable(hook):
+        return False
+    return not isinstance(source, DataModule) or type(source).val_dataloader is not DataModule.val_dataloader
+
+
+def skipped_validation_warning(module: Any, val: Any, datamodule: Any) -> tuple[str, type[Warning]] | None:
+    """Lightning's warning when fit has validation loaders but no ``validation_step``, or the reverse."""
+    from trainer.user_warnings import PossibleUserWarning
+
+    has_loader = val is not None or _defines_val_loader(datamodule if datamodule is not None else module)
+    if has_loader and not validates(module):
+        return "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.", UserWarning
+    if validates(module) and not has_loader:
+        return "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.", PossibleUserWarning
+    return None
+
+
 def is_datamodule(obj: Any) -> bool:
     """A DataModule (Lightning's or ours), passed where loaders go."""
     return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
@@ -108,6 +136,8 @@ def resolve_loaders(
         datamodule, primary = primary, None
     source: Any = datamodule if datamodule is not None else module
     name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
+    if stage == "fit" and not validates(module):
+        val, val_first = [], False  # neither asked for nor checked, as in Lightning
     if val_first and val is None and callable(getattr(source, "val_dataloader", None)):
         with isolate_rng():
             val = source.val_dataloader()
@@ -142,6 +172,7 @@ class LoaderSource:
         if is_datamodule(train):
             datamodule, train = train, None
         self._args = (strategy, use_distributed_sampler, module, "fit", train, val, datamodule)
+        self.validation_warning = skipped_validation_warning(module, val, datamodule)
         self.given = [name for name, obj in (("training", train), ("validation", val)) if obj is not None]
 
     def request(self, val_first: bool = False) -> tuple[Any, list[Any]]:

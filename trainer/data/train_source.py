@@ -66,6 +66,9 @@ class TrainSource:
         trainer = self.trainer
         self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
         self._check_reload_source()
+        if self.source.validation_warning is not None and trainer.is_global_zero:
+            message, category = self.source.validation_warning
+            warnings.warn(message, category, stacklevel=5)
         if trainer.seed:
             warnings.warn(
                 f"Trainer(seed={trainer.seed}) does not order the shuffle: every rank splits one device's order, "

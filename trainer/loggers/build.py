@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Iterable
 
 from trainer.loggers.base import Logger
 
 
+@functools.cache
+def tensorboard_available() -> bool:
+    """Whether ``tensorboard`` is installed (found, not imported: importing it is slow)."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def build_loggers(
     logger: bool | Logger | Iterable[Logger] | None, default_root_dir: str, fast_dev_run: bool
 ) -> list[Logger]:
-    """True: a CSVLogger under ``default_root_dir``; False or None: none; else the Logger(s) given.
+    """True: Lightning's default, a TensorBoardLogger under ``default_root_dir`` where tensorboard is installed,
+    else a CSVLogger; False or None: none; else the Logger(s) given.
 
     Under ``fast_dev_run`` any logger becomes a DummyLogger, as in Lightning: ``self.logger`` still
     takes calls, nothing is written and ``log_dir`` is None.
@@ -26,6 +35,10 @@ def build_loggers(
         from trainer.loggers.dummy import DummyLogger
 
         return [DummyLogger()]
+    if logger is True and tensorboard_available():
+        from trainer.loggers.tensorboard import TensorBoardLogger
+
+        return [TensorBoardLogger(save_dir=default_root_dir)]
     if logger is True:
         from trainer.loggers.csv import CSVLogger
 

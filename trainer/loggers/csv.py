@@ -11,6 +11,8 @@ from typing import Any, TextIO
 from typing_extensions import override
 
 from trainer.loggers.base import FlushAtExit, disk_error, sanitize_hparams
+from trainer.loggers.csv_experiment import CSVExperiment
+from trainer.loggers.dummy import DummyExperiment, on_global_zero
 from trainer.loggers.folder import FolderLogger, RunFolder
 
 STEP = "step"
@@ -129,6 +131,11 @@ class CSVLogger(FolderLogger):
         self._keep: int | None = None  # rows of the checkpointed run to keep, set on resume
         self._fresh = True  # nothing written or resumed yet: a given version's old files are checked once
         self._flush_at_exit = FlushAtExit()
+
+    @property
+    def experiment(self) -> CSVExperiment:
+        """Lightning's CSV experiment calls (``log_metrics``, ``save``); TensorBoard's fail, saying how to get them."""
+        return CSVExperiment(self) if on_global_zero() else DummyExperiment()  # type: ignore[return-value]
 
     @override
     def log_hyperparams(self, params: dict[str, Any]) -> None:

@@ -57,3 +57,10 @@ class DummyLogger(Logger):
 
     def __getattr__(self, name: str) -> Any:
         return _nop_method(name)  # any other logger method: a no-op
+
+
+def on_global_zero() -> bool:
+    """Whether this process is global rank zero (the process group's rank, else the launcher's environment)."""
+    from trainer.loggers.folder import global_rank
+
+    return global_rank() == 0

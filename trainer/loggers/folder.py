@@ -48,6 +48,11 @@ class RunFolder:
         self._claimed: str | None = None  # the folder this process created, while it may still be given back
 
     @property
+    def picked(self) -> bool:
+        """Whether the version is known yet (reading ``version`` or ``path`` picks, and claims, it)."""
+        return self._version is not None
+
+    @property
     def version(self) -> int | str:
         if self._version is None:
             root = os.path.join(self.save_dir, self.name)

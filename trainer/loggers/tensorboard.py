@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
 from trainer.loggers.base import FlushAtExit, StepBuffer, finite_values, sanitize_hparams, to_image_array
+from trainer.loggers.dummy import DummyExperiment, on_global_zero
 from trainer.loggers.folder import FolderLogger, RunFolder
 
 if TYPE_CHECKING:
@@ -43,7 +45,8 @@ class TensorBoardLogger(FolderLogger):
         self.name = name
         self._folder = RunFolder(save_dir, name, version)
         self._writer: SummaryWriter | None = None
-        self._hparams: dict[str, Any] | None = None
+        self._hparams: dict[str, Any] | None = None  # logged, not written yet
+        self._yaml_hparams: dict[str, Any] = {}  # every one logged, for hparams.yaml
         self._last_step: int | None = None
         self._purge_step: int | None = None
         self._event = StepBuffer(self._write_event)  # tag -> one summary value
@@ -51,9 +54,13 @@ class TensorBoardLogger(FolderLogger):
 
     @property
     def experiment(self) -> SummaryWriter:
-        """The ``SummaryWriter``, opened on first use."""
+        """The ``SummaryWriter``, opened on first use; on the other ranks one that does nothing (Lightning's
+        ``rank_zero_experiment``), so ``self.logger.experiment.add_image(...)`` in a step writes once."""
+        if not on_global_zero():
+            return DummyExperiment()  # type: ignore[return-value]
         if self._writer is None:
             self._writer = _tensorboard().SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step)
+            self._write_hparams()  # first in the file, as Lightning writes them at the start of fit
         return self._writer
 
     @override
@@ -97,6 +104,8 @@ class TensorBoardLogger(FolderLogger):
     def finalize(self, status: str) -> None:
         self.flush()
         self._write_hparams()
+        if status == "success":
+            self._write_hparams_yaml()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -130,11 +139,37 @@ class TensorBoardLogger(FolderLogger):
             self._writer.flush()
 
     def _write_hparams(self) -> None:
-        """As YAML in a text panel: ``add_hparams`` would open a second run folder per call."""
-        if self._hparams is None:
+        """As Lightning writes them: ``hp_metric`` -1 and the HParams plugin's summaries at step 0 (shown in
+        TensorBoard's HPARAMS tab), in this run's event file."""
+        params, self._hparams = self._hparams, None  # taken first: opening the writer calls this again
+        if params is None:
             return
-        import yaml
+        summary = _tensorboard().summary
+        self._yaml_hparams.update(params)
+        writer = self.experiment._get_file_writer()
+        writer.add_summary(summary.scalar("hp_metric", -1.0), 0)
+        for part in summary.hparams(_flat_hparams(params), {"hp_metric": -1}):
+            writer.add_summary(part, 0)
 
-        text = yaml.safe_dump(self._hparams, sort_keys=False)
-        self.experiment.add_text("hparams", "".join(f"    {line}\n" for line in text.splitlines()), 0)
-        self._hparams = None
+    def _write_hparams_yaml(self) -> None:
+        """``hparams.yaml`` in a run folder that exists (empty when none were logged), as Lightning's; a run
+        that never picked its folder has none (asking for ``log_dir`` would claim one)."""
+        if not self._folder.picked:
+            return
+        path = os.path.join(self.log_dir, "hparams.yaml")
+        if os.path.isdir(self.log_dir) and not os.path.isfile(path):
+            import yaml
+
+            with open(path, "w") as f:
+                yaml.safe_dump(self._yaml_hparams, f, sort_keys=False)
+
+
+def _flat_hparams(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``outer/inner`` keys; anything but a number, bool or str as its text (Lightning's rule)."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flat_hparams(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, bool | int | float | str) else str(value)
+    return flat

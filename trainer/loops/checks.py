@@ -126,10 +126,13 @@ def warn_logging_gap(trainer: TrainerView, num_training_batches: int | float) ->
         return
     import warnings
 
+    from trainer.user_warnings import PossibleUserWarning
+
     warnings.warn(
         f"The number of training batches ({int(num_training_batches)}) is smaller than the logging interval "
         f"Trainer(log_every_n_steps={every}): training step values reach the loggers only every {every} steps, "
         f"not in every epoch. Set a lower value for log_every_n_steps (e.g. {int(num_training_batches)}) if you "
         "want to see logs for the training epoch.",
+        PossibleUserWarning,
         stacklevel=2,
     )

@@ -100,6 +100,16 @@ def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
     return {**logged, **extra}
 
 
+def log_hparams(trainer: TrainerView, module: Module, datamodule: Any) -> None:
+    """Lightning's hyper-parameter logging at a stage's start (every stage: fit, validate, test, predict), on
+    global rank zero; nothing when nothing was saved (no hparams.yaml then)."""
+    if not trainer.is_global_zero:
+        return
+    params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
+    for lg in trainer.loggers if params else ():
+        lg.log_hyperparams(params)
+
+
 def batch_end_outputs(output: Any, loss: torch.Tensor | None) -> Any:
     """What ``on_train_batch_end`` gets, as in Lightning: ``{"loss": <detached loss>, **extras}``."""
     if isinstance(output, dict):

@@ -15,6 +15,8 @@ Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,6 +44,7 @@ class EvaluationLoop:
         self.loaders: list[Iterable[Any]] = []  # this rank's share of each loader
         self.num_batches: list[int | float] = []
         self.predictions: list[list[Any]] = []
+        self.seen: list[int] = []  # batches per loader since setup: the step of their on_step values
 
     def setup(self, loaders: list[Iterable[Any]], limit: int | float | None) -> None:
         """Shard each loader without padding; count its batches under ``limit_*_batches``."""
@@ -49,6 +52,7 @@ class EvaluationLoop:
         flag = trainer.use_distributed_sampler
         self.loaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in loaders]
         self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
+        self.seen = [0 for _ in self.loaders]
 
     def run(
         self,
@@ -107,9 +111,9 @@ class EvaluationLoop:
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")
         outputs = self.predictions[idx]
         write = not trainer.sanity_checking
+        if not math.isinf(total):  # never load a batch past the limit (Lightning's loaders stop there too)
+            batches = itertools.islice(batches, int(total))
         for batch_idx, batch in enumerate(batches):
-            if batch_idx >= total:
-                break
             if to_device is not None:
                 batch = to_device(batch)
             results.batch = batch
@@ -121,7 +125,8 @@ class EvaluationLoop:
             for hook in end:
                 hook(output, batch, batch_idx, *extra)
             if results.step_values:  # logged with on_step=True
-                trainer.metric_log.eval_step_end(trainer.current_epoch, batch_idx, write)
+                trainer.metric_log.eval_step_end(self.seen[idx], write)
+            self.seen[idx] += write  # not in the sanity check
         results.batch = None
 
 

@@ -351,7 +351,8 @@ class FitLoop:
     def _epoch_metrics(self, completed: bool) -> None:
         """The epoch's metrics, then the plateau schedulers that monitor them (before the monitoring
         callbacks save, so a checkpoint holds the stepped scheduler)."""
-        self.trainer.metric_log.epoch_end(self.progress.epoch, self.logger_step())
+        last_stepped = self.logger_step() - (not self.open_batch)  # Lightning's: the epoch's last stepped batch
+        self.trainer.metric_log.epoch_end(self.progress.epoch, last_stepped)
         if completed:
             self._step_epoch_schedulers(plateau=True)
 

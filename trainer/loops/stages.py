@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.loops.epoch_parts import log_hparams
 from trainer.loops.evaluation import EvalStage, EvaluationLoop
 from trainer.loops.lifecycle import STAGE_NAMES, running
 
@@ -85,6 +86,7 @@ def _run_evaluation(
         _load_weights(trainer, ckpt_path, fn)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
+        log_hparams(trainer, module, datamodule)
         loop.setup(loaders, trainer.limits[stage])
         return loop.run(keep_predictions=keep)
 

@@ -32,12 +32,24 @@ def register_strategy(name: str, target: str) -> None:
     STRATEGIES[name] = target
 
 
-__all__ = ["STRATEGIES", "SingleDeviceStrategy", "Strategy", "register_strategy", "strategy_class"]
+__all__ = [
+    "STRATEGIES",
+    "DDPStrategy",
+    "DataParallelStrategy",
+    "FSDPStrategy",
+    "ParallelStrategy",
+    "SingleDeviceStrategy",
+    "Strategy",
+    "register_strategy",
+    "strategy_class",
+]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy public names for the distributed strategies.
+    # Lazy public names for the distributed strategies (torch.distributed loads on use).
     lazy = {"DDPStrategy": "ddp", "DataParallelStrategy": "dp", "FSDPStrategy": "fsdp"}
     if name in lazy:
         return strategy_class(lazy[name])
-    raise AttributeError(name)
+    if name == "ParallelStrategy":  # the base of DDP and FSDP: `isinstance(trainer.strategy, ParallelStrategy)`
+        return importlib.import_module("trainer.strategies.parallel").ParallelStrategy  # by name, as STRATEGIES
+    raise AttributeError(f"module 'trainer.strategies' has no attribute {name!r}")

@@ -114,6 +114,11 @@ class ParallelStrategy(Strategy):
     def world_size(self) -> int:
         return self.cluster.world_size if self.cluster else len(self.device_indices) * self.num_nodes
 
+    @property
+    def num_processes(self) -> int:
+        """Processes on this machine, one per device (Lightning's name: scripts divide their batch size by it)."""
+        return len(self.device_indices)
+
     # ---- life cycle ----------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Find (or start) the other ranks, pin this rank's device, join the process group."""

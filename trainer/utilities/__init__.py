@@ -1,5 +1,8 @@
 """What a Lightning script imports from ``lightning.pytorch.utilities`` (and its ``rank_zero``, ``grads``,
-``types``, ``memory``, ``seed`` modules): a port's ``from trainer.utilities import ...`` finds it here."""
+``types``, ``memory``, ``seed``, ``imports``, ``model_helpers`` modules): a port's ``from trainer.utilities
+import ...`` finds it here."""
+
+from typing import Any
 
 from trainer.hparams import AttributeDict
 from trainer.move import move_to_device as move_data_to_device
@@ -16,6 +19,7 @@ from trainer.utilities.rank_zero import (
 )
 from trainer.utilities.seed import isolate_rng
 from trainer.utilities.types import EVAL_DATALOADERS, STEP_OUTPUT, TRAIN_DATALOADERS, OptimizerLRScheduler
+from trainer.utilities.warnings import PossibleUserWarning
 
 __all__ = [
     "EVAL_DATALOADERS",
@@ -23,10 +27,13 @@ __all__ = [
     "TRAIN_DATALOADERS",
     "AttributeDict",
     "OptimizerLRScheduler",
+    "PossibleUserWarning",
     "WarningCache",
     "garbage_collection_cuda",
+    "get_torchvision_model",
     "grad_norm",
     "is_oom_error",
+    "is_overridden",
     "isolate_rng",
     "move_data_to_device",
     "rank_prefixed_message",
@@ -36,3 +43,16 @@ __all__ = [
     "rank_zero_only",
     "rank_zero_warn",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the availability flags (utilities.imports) and model helpers are read by few scripts.
+    if name in ("get_torchvision_model", "is_overridden"):
+        import trainer.utilities.model_helpers as model_helpers
+
+        return getattr(model_helpers, name)
+    import trainer.utilities.imports as imports
+
+    if name in imports.FLAGS:
+        return getattr(imports, name)
+    raise AttributeError(f"module 'trainer.utilities' has no attribute {name!r}")

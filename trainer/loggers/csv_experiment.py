@@ -1,0 +1,45 @@
+"""``CSVLogger.experiment``: the calls Lightning's CSV experiment takes (``log_metrics``, ``log_hparams``,
+``save``, ``metrics_file_path``); TensorBoard's drawing calls (``add_image``, ...) fail naming how to get them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainer.loggers.folder import FolderLogger
+
+
+class CSVExperiment:
+    """What ``self.logger.experiment`` is under a ``CSVLogger``: rows of numbers, nothing drawn."""
+
+    def __init__(self, logger: FolderLogger) -> None:
+        self._logger = logger
+
+    @property
+    def log_dir(self) -> str:
+        return self._logger.log_dir
+
+    @property
+    def metrics_file_path(self) -> str:
+        return os.path.join(self._logger.log_dir, "metrics.csv")
+
+    def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        """One row at ``step`` (0 if None)."""
+        self._logger.log_metrics(metrics_dict, 0 if step is None else step)
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        self._logger.log_hyperparams(params)
+
+    def save(self) -> None:
+        """Write what is buffered."""
+        self._logger.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"CSVLogger's experiment has no {name}(): it writes numbers to metrics.csv only. For TensorBoard's "
+            "calls (add_image, add_histogram, add_figure, ...) install tensorboard (pip install "
+            "steadytrain[tensorboard]): then Trainer(logger=True), the default, is a TensorBoardLogger, as in "
+            "Lightning; or pass logger=TensorBoardLogger(...)."
+        )
