@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,7 @@ class TrainingStep:
         self.schedules = self.automatic and bool(self.optimization.lr_scheduler_configs)
         self.prepares = bool(self.unscales or self.before_step_hooks or self.clips)  # _before_step does something
         self.updates = overrides(precision, "update", Precision)
+        self._after = self.after_step()  # the manual path's, which each StepOptimizer.step ends in
 
     # ---- the step, composed per epoch ----------------------------------------------------------------------
     def batch_step(self, inner: InnerStep | None = None) -> BatchStep:
@@ -234,13 +236,16 @@ class TrainingStep:
         """The host-side end of a window's step: the precision's update, the global step, step-interval
         schedulers (an fp16 step the scaler skipped holds the learning rate: only a run with such
         schedulers reads that answer, which waits for the device)."""
-        return self._after_step
+        count, schedules, step_schedulers = self.progress.count_step, self.schedules, self.optimization.step_schedulers
+        update = self.trainer.precision.update if self.updates else None
 
-    def _after_step(self, batch_idx: int) -> None:
-        stepped = self.trainer.precision.update() if self.updates else True
-        self.progress.count_step()
-        if self.schedules and bool(stepped):
-            self.optimization.step_schedulers("step", batch_idx, plateau=False)
+        def after(batch_idx: int) -> None:
+            stepped = update() if update is not None else True
+            count()
+            if schedules and bool(stepped):
+                step_schedulers("step", batch_idx, plateau=False)
+
+        return after
 
     # ---- the parts -----------------------------------------------------------------------------------------
     def _backward(self) -> Callable[[torch.Tensor], Any] | None:
@@ -316,7 +321,7 @@ class TrainingStep:
 
         result = self._stepper(optimizer)(closure=closure_then_prepare, **kwargs)
         if not self.automatic:
-            self._after_step(-1)
+            self._after(-1)
         return result
 
     # ---- non-finite losses -----------------------------------------------------------------------------------
@@ -324,3 +329,13 @@ class TrainingStep:
         """Raise now if a deferred check found a non-finite loss (one synchronization); the module checks
         its own losses in manual optimization."""
         self.nonfinite.check(self.progress.epoch)
+
+    def end_epoch(self, batches: int, report: bool) -> None:
+        """An epoch's end: a deferred non-finite loss raises; batches skipped for one are reported (``report``)."""
+        self.check_nonfinite()
+        if self.skipped and report:
+            warnings.warn(
+                f"on_nonfinite_loss='skip' skipped {self.skipped} of the {batches} batches of epoch "
+                f"{self.progress.epoch}: their loss was NaN or infinite, so they changed nothing.",
+                stacklevel=3,
+            )
