@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tests.models import quiet
 
@@ -32,6 +32,20 @@ class Counted(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.x[i], self.y[i]
 
 
+class CountedStream(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """The same samples as a stream without a length: the loader cannot say where an epoch ends."""
+
+    def __init__(self) -> None:
+        self.samples = Counted()
+
+    @property
+    def loads(self) -> int:
+        return self.samples.loads
+
+    def __iter__(self) -> Any:
+        return (self.samples[i] for i in range(len(self.samples)))
+
+
 # scenario: Trainer flags, and what runs after fit (test / predict with their limits)
 SCENARIOS: dict[str, dict[str, Any]] = {
     "limit_train_batches": {"max_epochs": 2, "limit_train_batches": 3, "limit_val_batches": 0},
@@ -42,6 +56,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "should_stop": {"max_epochs": 3, "limit_val_batches": 0, "stop_at": 6},
     "limit_test_and_predict": {"max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 0,
                                "limit_test_batches": 3, "limit_predict_batches": 2},
+    "no_length_limit_train_batches": {"max_epochs": 2, "limit_train_batches": 3, "limit_val_batches": 0,
+                                      "stream": True},
 }  # fmt: skip
 
 
@@ -77,7 +93,8 @@ def module_class(base: type) -> Any:
 def loads(framework: str, tmp_path: Path, flags: dict[str, Any]) -> dict[str, int]:
     """Samples loaded per stage: train, val (sanity check included), test, predict."""
     flags = dict(flags)
-    stop_at = flags.pop("stop_at", None)
+    fit: Any
+    stop_at, stream = flags.pop("stop_at", None), flags.pop("stream", False)
     if framework == "lightning":
         import lightning.pytorch as pl
 
@@ -91,7 +108,9 @@ def loads(framework: str, tmp_path: Path, flags: dict[str, Any]) -> dict[str, in
 
         module = module_class(st.Module)(stop_at)
         fit = quiet(tmp_path / framework, num_sanity_val_steps=2, **flags)
-    data = {stage: Counted() for stage in ("train", "val", "test", "predict")}
+    data: dict[str, Any] = {stage: Counted() for stage in ("train", "val", "test", "predict")}
+    if stream:
+        data["train"] = CountedStream()
     loader = {stage: DataLoader(ds, batch_size=BATCH) for stage, ds in data.items()}
     fit.fit(module, loader["train"], loader["val"])
     if "limit_test_batches" in flags:
@@ -111,3 +130,22 @@ def test_limit_train_batches_loads_only_the_batches_trained_on(tmp_path: Path) -
     """The count issue 27 found (32 samples where Lightning loads 24), without Lightning installed."""
     counted = loads("steadytrain", tmp_path, SCENARIOS["limit_train_batches"])
     assert counted == {"train": 3 * BATCH * 2, "val": 0, "test": 0, "predict": 0}
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_resumed_epoch_loads_only_its_remaining_batches(tmp_path: Path, shuffle: bool) -> None:
+    """Resumed after 1 of 3 batches: the finished one is skipped by index, never loaded (2 + 3 batches)."""
+    import trainer as st
+
+    def run(ckpt: Path | None) -> int:
+        data = Counted()
+        save = st.ModelCheckpoint(
+            dirpath=tmp_path / "ckpts", filename="step{step}", auto_insert_metric_name=False, every_n_train_steps=1,
+            save_top_k=-1,
+        )  # fmt: skip
+        fit = quiet(tmp_path, max_epochs=2, limit_train_batches=3, enable_checkpointing=True, callbacks=[save])
+        fit.fit(module_class(st.Module)(None), DataLoader(data, batch_size=BATCH, shuffle=shuffle), ckpt_path=ckpt)
+        return data.loads
+
+    assert run(None) == 2 * 3 * BATCH
+    assert run(tmp_path / "ckpts" / "step1.ckpt") == (2 + 3) * BATCH

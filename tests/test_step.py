@@ -101,7 +101,7 @@ def test_the_fit_loop_asks_the_step_which_path_it_is_on(tmp_path: Path) -> None:
             super().__init__()
             self.automatic_optimization = False
 
-        def training_step(self, batch: Any, batch_idx: int) -> None:
+        def training_step(self, batch: Any, batch_idx: int) -> None:  # type: ignore[override]
             opt = self.optimizers()
             opt.zero_grad()  # type: ignore[union-attr]
             x, y = batch
