@@ -22,8 +22,6 @@ DIFFERS_ON_ONE_DEVICE: dict[str, str] = {
     "mlflow_logger": "MLFlowLogger keeps its checkpoints under save_dir='runs', not ./mlruns (documented)",
     "tuner": "scale_batch_size puts the random stream back (documented); Lightning's leaves it moved, so its lr_find"
     " then shuffles otherwise",
-    "random_transforms_limit": "the fit loop loads one batch past limit_train_batches, whose random augmentations move"
-    " the stream (issue 27; the fix is on another branch): 32 reads where Lightning makes 24",
 }
 DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     **DIFFERS_ON_ONE_DEVICE,
@@ -35,6 +33,9 @@ DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     "shared_datamodule": "its GAN, as gan's: Lightning's DDP refuses parameters unused by a loss",
     "demos_bug_report": "its BoringModel fits match; its Transformer fit (dropout, gradient_clip_val) reports other"
     " losses on 2 ranks (3.877 vs 3.972 train_loss); the cause is not found yet",
+    "random_transforms_limit": "each rank trains on Lightning's batches (same labels, same order) but the losses"
+    " differ from the first step: the augmentation draws of a dataset in the main process follow another random"
+    " stream per rank under DDP; the cause is not found yet (one device matches)",
     "profiler_simple": "matches, but Lightning's second fit once reported other values under a loaded machine (1 run"
     " of 6; its side varied, ours did not); the cause is not found yet",
 }

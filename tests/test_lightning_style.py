@@ -29,10 +29,7 @@ CLI_CONFIG = ["fit", "--config", str(SCRIPTS / "lightning_cli.yaml")]
 CLI_DDP = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
 
 # Scripts that need what steadytrain does not have yet: the test must fail until it lands.
-MISSING: dict[str, str] = {
-    "random_transforms_limit": "the fit loop loads one batch past limit_train_batches (issue 27; its fix is on"
-    " another branch)",
-}
+MISSING: dict[str, str] = {}
 CLI_SCRIPTS = {"lightning_cli": CLI_CONFIG, "cli_logo": []}  # flags go to the CLI: --trainer.devices, ...
 # Single-device runs under 10 s would join the default suite; on a shared 2-core machine each takes 10-22 s
 # (a fresh interpreter importing torch is most of it), so every run is slow: `pytest -m slow -k lightning_style`.

@@ -1,5 +1,5 @@
-"""What every loop does to a batch before its step: its step's arguments (and, from ``trainer.data.device``,
-its way to the device)."""
+"""What every loop does to a batch before its step: its step's arguments (its way to the device is
+``trainer.data.device.transfer``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
-
-from trainer.data.device import transfer as transfer  # epoch_parts.py imports it from here
 
 
 def step_with_index(

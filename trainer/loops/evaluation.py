@@ -101,6 +101,8 @@ class EvaluationLoop:
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
         batches: Iterable[Any] = start_iterator(loader) if started is None else started
+        if math.isfinite(total):  # never one batch more than is run: the loader is not asked for it
+            batches = itertools.islice(batches, int(total))
         if trainer.profiler is not None:  # Lightning's action names
             step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
             to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)

@@ -6,8 +6,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.loops.epoch_parts import log_hparams
 from trainer.loops.evaluation import EvalStage, EvaluationLoop
+from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import STAGE_NAMES, running
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def _run_evaluation(
         _load_weights(trainer, ckpt_path, fn)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
-        log_hparams(trainer, module, datamodule)
+        log_hyperparams(trainer, module, datamodule)
         loop.setup(loaders, trainer.limits[stage])
         return loop.run(keep_predictions=keep)
 
