@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 from typing_extensions import override
 
-from trainer.data.loaders import call_set_epoch, rebuild_settings, sized
+from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
 from trainer.data.sample_seeds import KeyedSampler
 from trainer.data.sharding import DistributedSamplerWrapper
 
@@ -50,9 +50,13 @@ class _LazyIter(Iterator[Any]):
 
     def start(self) -> Iterator[Any]:
         if self._it is None:
-            it = iter(self._owner.source)
-            collections.deque(itertools.islice(it, self._owner.skip), maxlen=0)
-            self._it = itertools.chain(list(itertools.islice(it, 1)), it)
+            source, skip = self._owner.source, self._owner.skip
+            it = iter(source)
+            collections.deque(itertools.islice(it, skip), maxlen=0)
+            # Not past the end: the uninterrupted run stops at its last batch without asking for another
+            # (a RandomSampler with its own generator draws once more when it is run to exhaustion).
+            ahead = 0 if has_len(source) and skip >= len(sized(source)) else 1
+            self._it = itertools.chain(list(itertools.islice(it, ahead)), it)
         return self._it
 
     def __next__(self) -> Any:

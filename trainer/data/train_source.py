@@ -4,7 +4,9 @@ position a resume continues from, and the RNG that orders each epoch.
 The fit loop asks one question of it, "the batches of epoch ``e``, from batch ``k``"
 (:meth:`TrainSource.epoch_loader` then :meth:`TrainSource.batches`); everything a checkpoint
 records of the data position (``data_state``, the data part of ``rank_state``) lives here too, so
-what decides the position and what restores it are read in one place.
+what decides the position and what restores it are read in one place. It reads the fit loop's
+position (``Position``) and never changes it: where the position must change (a resumed epoch whose
+data changed starts over), it says so and the fit loop changes its counters.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -28,17 +30,26 @@ from trainer.seed import rng_state, set_rng_state
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
-    from trainer.loops.progress import Progress
     from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
 
 ValLoaders = Callable[[list[Any]], None]  # the fit loop's use of (re)requested validation loaders
 
 
+class Position(Protocol):
+    """The fit loop's position, read-only here (its ``Progress``)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def batches_done(self) -> int: ...
+
+
 class TrainSource:
     """The training loader of each epoch, placed (sharded, per-sample seeded) and positioned."""
 
-    def __init__(self, trainer: TrainerView, progress: Progress, use_val_loaders: ValLoaders) -> None:
+    def __init__(self, trainer: TrainerView, progress: Position, use_val_loaders: ValLoaders) -> None:
         self.trainer, self.progress, self.use_val_loaders = trainer, progress, use_val_loaders
         self.source: LoaderSource | None = None  # where the loaders come from, to request them again
         self.raw_train: Any = None  # the training loader as given, before sharding
@@ -79,17 +90,13 @@ class TrainSource:
         """The seed per-sample draws derive from, the same on every rank."""
         self.data_seed = int(self.trainer.strategy.broadcast(torch.initial_seed()))
 
-    def resume(self) -> None:
-        """After a checkpoint's data state is loaded: the loaders the resumed epoch ran on."""
-        assert self._pending is not None
-        self._pending = self._loaders_of_resumed_epoch(*self._pending)
-
-    def place(self) -> None:
-        """Shard, seed and position the requested loaders; hand the validation ones to the fit loop."""
+    def place(self) -> bool:
+        """Shard, seed and position the requested loaders; hand the validation ones to the fit loop. True when
+        a resumed epoch's data changed and it restarts from its first batch (``on_data_change``)."""
         assert self._pending is not None
         train_loader, val_loaders = self._pending
         self._pending = None
-        self._prepare_data(train_loader, val_loaders)
+        return self._prepare_data(train_loader, val_loaders)
 
     def start_resumed_workers(self, resumed: bool) -> None:
         """A resumed run's persistent workers, started as the uninterrupted run had them (data.resume)."""
@@ -124,21 +131,26 @@ class TrainSource:
         self.loader_epoch = epoch
         self._prepare_data(train_loader, val_loaders)
 
-    def _loaders_of_resumed_epoch(self, train_loader: Any, val_loaders: list[Any]) -> tuple[Any, list[Any]]:
-        """The loaders the resumed epoch ran on, when an earlier epoch's start requested them: requested
-        again as then (same ``current_epoch``, same RNG), so their order and contents are the same."""
-        every, progress = self.trainer.reload_dataloaders_every_n_epochs, self.progress
-        first = progress.epoch - progress.epoch % every if every else 0
-        if not first or (first == progress.epoch and not progress.batches_done):
-            return train_loader, val_loaders  # epoch 0's, or requested at this epoch's start (epoch_loader)
-        epoch, rng = progress.epoch, rng_state()
-        progress.epoch, self.loader_epoch, self.loader_rng = first, first, self.saved_loader_rng
+    def epoch_of_resumed_loaders(self) -> int | None:
+        """After a checkpoint's data state is loaded: the earlier epoch whose start requested the loaders the
+        resumed epoch ran on, or None when the loaders requested at set-up are those (epoch 0's, or ones
+        this epoch's start requests in ``epoch_loader``)."""
+        every, position = self.trainer.reload_dataloaders_every_n_epochs, self.progress
+        first = position.epoch - position.epoch % every if every else 0
+        if not first or (first == position.epoch and not position.batches_done):
+            return None
+        return first
+
+    def request_loaders_of(self, epoch: int) -> None:
+        """The loaders epoch ``epoch``'s start requested, requested again as then (the fit loop shows that
+        ``current_epoch``; the RNG is the one they started from), so their order and contents are the same."""
+        rng = rng_state()
+        self.loader_epoch, self.loader_rng = epoch, self.saved_loader_rng
         try:
             if self.loader_rng is not None:
                 set_rng_state(self.loader_rng)
-            return self._request()
+            self._pending = self._request()
         finally:
-            progress.epoch = epoch
             set_rng_state(rng)
 
     def batches_per_epoch(self) -> int | float:
@@ -165,7 +177,8 @@ class TrainSource:
             train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler, agree
         )
 
-    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> None:
+    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> bool:
+        """Place the loaders; True when a resumed epoch restarts (see ``_continue_position``)."""
         trainer = self.trainer
         self.raw_train = train_loader
         self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
@@ -173,14 +186,15 @@ class TrainSource:
         if self.num_batches == 0:
             raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
-        saved = self.saved_layout
+        saved, restarts = self.saved_layout, False
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
-            self._continue_position(train_loader)  # inside an epoch: the position depends on the data
+            restarts = self._continue_position(train_loader)  # inside an epoch: the position depends on the data
         self.use_val_loaders(val_loaders)
+        return restarts
 
-    def _continue_position(self, train_loader: Any) -> None:
+    def _continue_position(self, train_loader: Any) -> bool:
         """A mid-epoch checkpoint's position, in data laid out as now: exact, rebuilt on another number
-        of ranks, restarted (when asked), or refused naming what changed."""
+        of ranks, restarted (when asked: True, the fit loop restarts the epoch), or refused naming what changed."""
         trainer, progress, saved = self.trainer, self.progress, self.saved_layout
         assert saved is not None
         changed = position.changes(saved, self.layout)
@@ -189,7 +203,7 @@ class TrainSource:
                 resharded = position.reshard(train_loader, saved, trainer.world_size, trainer.global_rank)
                 several = trainer.world_size > 1 or saved["world_size"] > 1  # the old layout's rule
                 self.resharded = seed_samples(resharded, self.data_seed, several)
-            return
+            return False
         what = position.describe(changed)
         if trainer.on_data_change == "restart_epoch":
             warnings.warn(
@@ -197,9 +211,8 @@ class TrainSource:
                 f"its first batch (on_data_change='restart_epoch'); {progress.batches_done} of its batches run again.",
                 stacklevel=2,
             )
-            progress.batches_done = progress.loader_offset = 0
             self.epoch_rng = {}
-            return
+            return True
         raise ValueError(
             f"{self.resumed_from} was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of "
             f"its batches, but the training data changed since: {what}. That position would skip or repeat samples. "

@@ -1,18 +1,20 @@
 """The fit loop: epochs of training batches, validation when due, in Lightning's order.
 
-``FitLoop`` owns what a fit changes: its counters (``Progress``), the optimizers, the training
-data and its position, the stop signals. The Trainer shows them read-only. Per batch: the
-transfer hooks, ``on_train_batch_start``, the step (``trainer.loops.training``), step-interval
-schedulers, ``on_train_batch_end``, then validation if due (``val_check_interval``) and plateau
-schedulers. Per epoch: ``on_train_epoch_start``, the batches, ``on_train_epoch_end`` (monitoring
-callbacks last), epoch schedulers. A checkpoint taken at any of these points resumes exactly:
-``Progress`` records which of a batch's later steps (validation, plateau schedulers) had run.
+``FitLoop`` owns what a fit changes: its counters (``Progress``, changed through its own methods from
+here and from the step), the optimizers, the training step, the training data and its position, the
+stop signals. The Trainer shows them read-only. Per batch: the transfer hooks,
+``on_train_batch_start``, the step (``trainer.loops.step``), ``on_train_batch_end``, then the
+after-batch work: validation if due (``val_check_interval``) and plateau schedulers. Per epoch:
+``on_train_epoch_start``, the batches (never one more than is trained on), ``on_train_epoch_end``
+(monitoring callbacks last), epoch schedulers. A checkpoint taken at any of these points resumes
+exactly: ``Progress`` records which after-batch work had run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -24,14 +26,15 @@ import torch
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders, warn_logging_gap
-from trainer.loops.epoch_parts import BatchCalls, StopVotes, batch_end_outputs, logged_hparams
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit_validation import FitValidation
+from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
-from trainer.loops.stop_signal import StopSignal
-from trainer.loops.training import STOP_EPOCH, AutomaticStep, ManualStep
+from trainer.loops.step import TrainingStep, read_window
+from trainer.loops.stop_signal import StopSignal, StopVotes
+from trainer.loops.training_batch import STOP_EPOCH, BatchCalls, batch_end_outputs
 from trainer.loops.window_grads import open_window_grads, restore_window_grads
 from trainer.signals import catch_stop_signals
 
@@ -48,7 +51,7 @@ class FitLoop:
         self.trainer = trainer
         self.progress = Progress()
         self.optimization: Optimization | None = None
-        self.step: AutomaticStep | ManualStep | None = None
+        self.step: TrainingStep | None = None
         self.validation = FitValidation(trainer, self.progress, self._can_stop)
         self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
         self.stop = StopSignal(trainer)
@@ -56,7 +59,7 @@ class FitLoop:
         self._restore: Restore | None = None  # read; its training phase (optimizer states) not loaded yet
         self.loader_restarts = False  # resuming a Lightning mid-epoch checkpoint: the loader starts over, as there
         self.is_last_batch = False  # the batch being trained is the epoch's last
-        self.open_batch = False  # a batch stepped and its validation / plateau schedulers have not run yet
+        self.after_batch_due = False  # a batch stepped; its after-batch work (validation, plateau schedulers) is due
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
@@ -123,24 +126,26 @@ class FitLoop:
         strategy.setup_module(module)
         optimizers, schedulers = parse_optimizers(module.configure_optimizers())
         check_optimizers(module, optimizers)
-        self.optimization = Optimization(trainer, self.progress, optimizers, schedulers)
-        self.step = (
-            AutomaticStep(trainer, self.progress, self.optimization)
-            if module.automatic_optimization
-            else (ManualStep(trainer))
-        )
+        self.optimization = Optimization(trainer, optimizers, schedulers)
+        self.step = TrainingStep(trainer, self.progress, self.optimization)
         self.data.draw_data_seed()
         if restore is not None:
             restore.load(Phase.LOOP)
             self._restore = restore  # optimizer states: after on_fit_start
             self.resumed = True
-            self.data.resume()
-        self.data.place()
+            self._request_resumed_loaders()
+        if self.data.place():  # the resumed epoch's data changed: it trains again from its first batch
+            self.progress.restart_epoch()
         warn_logging_gap(trainer, self.num_training_batches)
-        if trainer.is_global_zero:
-            params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
-            for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
-                lg.log_hyperparams(params)
+        log_hyperparams(trainer, module, datamodule)
+
+    def _request_resumed_loaders(self) -> None:
+        """The loaders the resumed epoch ran on, where an earlier epoch's start requested them: requested again
+        as then, the hooks seeing that epoch as ``current_epoch``."""
+        first = self.data.epoch_of_resumed_loaders()
+        if first is not None:
+            with self.progress.showing_epoch(first):
+                self.data.request_loaders_of(first)
 
     def _restore_optimizers(self) -> None:
         """Lightning's order: callbacks' ``on_fit_start`` first, so they can rebuild what the saved states
@@ -165,7 +170,7 @@ class FitLoop:
         batches = self.data.batches_per_epoch()
         if math.isinf(batches):
             return no_step_limit
-        steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs, 1)
+        steps = read_window(trainer, batches).steps() * max(trainer.max_epochs, 1)
         return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
 
     def _use_val_loaders(self, val_loaders: list[Any]) -> None:
@@ -190,8 +195,7 @@ class FitLoop:
             self._end_epoch(completed)
             if not completed:  # max_steps or a stop mid-epoch: the position stays mid-epoch
                 break
-            progress.epoch += 1
-            progress.start_epoch()
+            progress.next_epoch()
 
     def _run_epoch(self) -> bool:
         """Train one epoch from ``progress.batches_done``; returns whether it ran to its end."""
@@ -199,7 +203,8 @@ class FitLoop:
         assert self.step is not None
         skip = progress.batches_done
         if self.loader_restarts:  # Lightning's resume reads its loader from the start
-            progress.loader_offset, self.loader_restarts = skip, False
+            progress.loader_starts_at(skip)
+            self.loader_restarts = False
         data_skip = skip - progress.loader_offset
         loader = self.data.epoch_loader(progress.epoch, data_skip, self.val_loop.loaders)
         trainer.lightning_module.train()
@@ -207,10 +212,10 @@ class FitLoop:
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = BatchCalls(trainer, self.step, self._may_follow_batches())
-        batches = self._timed(self.data.batches(loader, progress.epoch, data_skip))
+        calls = BatchCalls(trainer, self.step, self._after_batch_work_possible())
+        batches = self._batches(loader, data_skip, skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
-            self._finish_batch(skip - 1)
+            self._after_batch(skip - 1)
         votes = StopVotes(trainer.strategy) if trainer.world_size > 1 else None
         completed = self._batch_loop(calls, batches, skip, votes)
         if votes is not None:
@@ -223,14 +228,12 @@ class FitLoop:
         train_batch = self._batch_runner(calls)
         batch_idx = skip - 1
         for batch_idx, batch in enumerate(batches, start=skip):
-            if batch_idx >= limit:
-                break
             if train_batch(batch, batch_idx) is STOP_EPOCH:
                 self._step_epoch_schedulers(plateau=False)
                 return True
-            if calls.followups:
-                self._finish_batch(batch_idx)
-            self.open_batch = False
+            if calls.after_batch_work:
+                self._after_batch(batch_idx)
+            self.after_batch_due = False
             stop = self.stop.received is not None
             if votes is not None:
                 stop = votes.after_batch(batch_idx, stop)
@@ -248,13 +251,15 @@ class FitLoop:
             self._step_epoch_schedulers(plateau=False)
         return True
 
-    def _timed(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        profiler = self.trainer.profiler
-        return (
-            iterator
-            if profiler is None
-            else profiler.timed_iter("[_TrainingEpochLoop].train_dataloader_next", iterator)
-        )
+    def _batches(self, loader: Iterable[Any], data_skip: int, skip: int) -> Iterator[Any]:
+        """The epoch's batches from ``skip`` up to ``limit_train_batches``, never one more: the loader is not
+        asked for a batch that will not be trained on. Timed as Lightning's ``train_dataloader_next``."""
+        batches = self.data.batches(loader, self.progress.epoch, data_skip)
+        limit, profiler = self.num_training_batches, self.trainer.profiler
+        if math.isfinite(limit):
+            batches = itertools.islice(batches, max(int(limit) - skip, 0))
+        action = "[_TrainingEpochLoop].train_dataloader_next"
+        return batches if profiler is None else profiler.timed_iter(action, batches)
 
     def _batch_runner(self, calls: BatchCalls) -> Callable[[Any, int], Any]:
         """One training batch, as a closure over what it reads (built once per epoch: locals cost less
@@ -262,8 +267,8 @@ class FitLoop:
         progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
         to_device, step, flush = calls.to_device, calls.step, calls.flush
         batch_start, batch_end, log_every = calls.batch_start, calls.batch_end, calls.log_every
-        manual = not self.trainer.lightning_module.automatic_optimization  # Lightning logs its every batch
-        limit = self.num_training_batches
+        manual = not calls.automatic  # Lightning logs its every batch
+        limit, finish_batch = self.num_training_batches, progress.finish_batch
 
         def train_batch(batch: Any, batch_idx: int) -> Any:
             if to_device is not None:
@@ -275,15 +280,14 @@ class FitLoop:
                     return STOP_EPOCH
             steps_before = progress.global_step
             output = step(batch, batch_idx)
-            progress.batches_done += 1
-            progress.total_batches += 1
+            finish_batch()
             if last:
                 self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
             stepped = progress.global_step
             counted = progress.total_batches if manual else stepped  # Lightning's "batches that stepped"
             write = False
             if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
-                self.open_batch = True
+                self.after_batch_due = True
                 write = calls.publish_step(counted % log_every == 0)
             if batch_end:
                 outputs = batch_end_outputs(output, calls.step_loss())
@@ -298,37 +302,31 @@ class FitLoop:
 
         return train_batch
 
-    def _finish_batch(self, batch_idx: int) -> None:
-        """After a batch: validation if due, then plateau schedulers; each at most once per batch."""
-        progress = self.progress
-        if progress.closed_at == progress.total_batches:
+    def _after_batch(self, batch_idx: int) -> None:
+        """A batch's after-batch work: validation if due, then plateau schedulers; each at most once per batch."""
+        progress, step = self.progress, self.step
+        assert step is not None and self.optimization is not None
+        if progress.batch_closed:
             return
-        if self.validation.due(batch_idx) and progress.validated_at != progress.total_batches:
-            if self.step is not None:
-                self.step.check_nonfinite()  # a validation reads values on the host anyway
-            self.validation.run(zero_grad=not self._accumulating(progress.batches_done - 1))
-        automatic = self.optimization is not None and self.trainer.lightning_module.automatic_optimization
-        if automatic and not self._accumulating(batch_idx):
-            assert self.optimization is not None
+        if self.validation.due(batch_idx) and not progress.validated_last_batch:
+            step.check_nonfinite()  # a validation reads values on the host anyway
+            self.validation.run(zero_grad=step.window.ends(progress.batches_done - 1))
+        if step.automatic and step.window.ends(batch_idx):
             self.optimization.step_schedulers("step", batch_idx, plateau=True)
-        progress.closed_at = progress.total_batches
+        progress.close_batch()
 
-    def _may_follow_batches(self) -> bool:
+    def _after_batch_work_possible(self) -> bool:
         """Whether anything can fall due after a batch: a validation, or a plateau scheduler stepped per step."""
         plateau = self.optimization is not None and any(
             c.reduce_on_plateau and c.interval == "step" for c in self.optimization.lr_scheduler_configs
         )
         return plateau or self.validation.may_run()
 
-    def _accumulating(self, batch_idx: int) -> bool:
-        accumulate = self.trainer.accumulate_grad_batches
-        return accumulate > 1 and (batch_idx + 1) % accumulate != 0 and batch_idx + 1 < self.num_training_batches
-
     def logger_step(self) -> int:
         """The step the loggers get, Lightning's: the batches that stepped (in manual optimization every batch),
         the current one counted once its validation and plateau schedulers ran (so they log at the step before)."""
-        automatic = self.trainer.lightning_module.automatic_optimization
-        return (self.progress.global_step if automatic else self.progress.total_batches) - self.open_batch
+        automatic = self.step is None or self.step.automatic
+        return (self.progress.global_step if automatic else self.progress.total_batches) - self.after_batch_due
 
     def _end_epoch(self, completed: bool) -> None:
         """``on_train_epoch_end`` (monitoring callbacks after the module, which may log), with the epoch's
@@ -343,10 +341,10 @@ class FitLoop:
                 stacklevel=2,
             )
         trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
-        progress.epoch_finished = completed
-        hooks.call_epoch_end(trainer, "on_train_epoch_end", between=functools.partial(self._epoch_metrics, completed))
-        trainer.metric_log.flush_loggers()
-        progress.epoch_finished = False
+        with progress.ending_epoch(completed):
+            between = functools.partial(self._epoch_metrics, completed)
+            hooks.call_epoch_end(trainer, "on_train_epoch_end", between=between)
+            trainer.metric_log.flush_loggers()
 
     def _epoch_metrics(self, completed: bool) -> None:
         """The epoch's metrics, then the plateau schedulers that monitor them (before the monitoring
@@ -356,7 +354,8 @@ class FitLoop:
             self._step_epoch_schedulers(plateau=True)
 
     def _step_epoch_schedulers(self, plateau: bool) -> None:
-        if self.optimization is not None and self.trainer.lightning_module.automatic_optimization:
+        if self.step is not None and self.step.automatic:
+            assert self.optimization is not None
             self.optimization.step_schedulers("epoch", self.progress.epoch, plateau)
 
     def _can_stop(self) -> bool:
@@ -372,7 +371,8 @@ class FitLoop:
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        return {**self.data.rank_state(), "grads": open_window_grads(self.trainer, self.progress)}
+        window_open = self.step is not None and self.step.window.is_open_after(self.progress.batches_done)
+        return {**self.data.rank_state(), "grads": open_window_grads(self.trainer) if window_open else None}
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
         """This rank's RNG, the epoch's RNG and an open accumulation window's gradients.
@@ -395,5 +395,5 @@ class FitLoop:
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps."""
-        if isinstance(self.step, AutomaticStep) and self.step.step_loss is not None:
+        if self.step is not None and self.step.step_loss is not None:
             self.step.step_loss = self.step.step_loss.detach()

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
-from trainer.loops.epoch_parts import val_check_batch
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.seed import isolate_rng
 
@@ -61,12 +60,8 @@ class FitValidation:
             trainer.lightning_module.on_validation_model_zero_grad()
         trainer.state.stage = "validate"
 
-        def done() -> None:  # before on_validation_end: a checkpoint saved there records it
-            progress.validations += 1
-            progress.validated_at = progress.total_batches
-
-        try:
-            self.loop.run(before_end=done)
+        try:  # the count before on_validation_end: a checkpoint saved there records it
+            self.loop.run(before_end=progress.finish_validation)
         finally:
             trainer.state.stage = "train"
 
@@ -84,3 +79,23 @@ class FitValidation:
             finally:
                 trainer.state.stage = "train"
             hooks.call_callbacks(trainer, "on_sanity_check_end")
+
+
+def val_check_batch(interval: int | float, num_batches: int | float, every_n_epochs: int | None) -> int | float:
+    """Training batches between validations (Lightning's ``val_check_batch``)."""
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        if math.isfinite(num_batches) and interval > num_batches and every_n_epochs is not None:
+            raise ValueError(
+                f"val_check_interval={interval} is more than the {int(num_batches)} training batches of an epoch; "
+                "validate less often with check_val_every_n_epoch, or count across epochs with "
+                "check_val_every_n_epoch=None."
+            )
+        return interval
+    if math.isinf(num_batches):
+        if interval != 1.0:
+            raise ValueError(
+                f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no length; "
+                "give an int (every N batches) or 1.0 (at the end of the data)."
+            )
+        return math.inf
+    return max(1, int(num_batches * interval))

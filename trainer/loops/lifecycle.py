@@ -16,7 +16,7 @@ import trainer.loops.hooks as hooks
 from trainer.failures import note_worker_failure
 from trainer.loops.checks import check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
-from trainer.loops.steps import batch_idx_optional
+from trainer.loops.optional_batch_idx import batch_idx_optional
 
 if TYPE_CHECKING:
     from trainer.module import Module

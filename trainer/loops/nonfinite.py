@@ -1,4 +1,4 @@
-"""The non-finite loss check of ``on_nonfinite_loss="raise"`` on an accelerator, without waiting on the device.
+"""``on_nonfinite_loss``: the check of each training loss, and on an accelerator without waiting on the device.
 
 A per-step ``loss.item()`` (or ``torch.tensor(step, device=...)``) makes the host wait for the
 device every step, which costs a launch-bound GPU step up to a third of its time. Instead each
@@ -11,6 +11,9 @@ and the checkpoint that would have held non-finite weights is never written.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import torch
 
@@ -76,3 +79,65 @@ class DeferredNonfinite:
         self.pending, self.steps = [], []
         if self.first is not None:
             self.first.fill_(NONE)
+
+
+class NonfiniteLosses:
+    """What ``on_nonfinite_loss`` does with a loss that is NaN or infinite; the mode is read once per epoch.
+
+    On CPU ``.item()`` is nearly free, so the check is immediate. On an accelerator a per-step
+    ``.item()`` would stall the device, so "raise" records the loss on the device and the host
+    reads the first bad step at the next allowed point (``check``). "skip" has to know now whether
+    to skip the backward, so it reads the loss every step (a synchronization).
+    """
+
+    def __init__(self) -> None:
+        self.deferred = DeferredNonfinite()  # "raise" on an accelerator
+        self.mode = "raise"
+        self.skipped = 0  # batches skipped this epoch ("skip")
+
+    def start_epoch(self, mode: str) -> None:
+        self.mode, self.skipped = mode, 0
+
+    def finite(self, loss: torch.Tensor, epoch: int, step: int) -> bool:
+        """False when the batch must be skipped; raises under "raise" (at once on CPU, later on a device)."""
+        mode = self.mode
+        if mode == "raise" and not loss.is_cpu:
+            self.deferred.record(loss, step)
+            return True
+        value = loss.item()
+        if math.isfinite(value):
+            return True
+        if mode == "raise":
+            raise_nonfinite(epoch, step, value)
+        self.skipped += 1
+        return False
+
+    def check(self, epoch: int) -> None:
+        """Read the deferred device-side record (one synchronization) and raise if a loss was not finite."""
+        found = self.deferred.read()
+        if found is not None:
+            raise_nonfinite(epoch, *found)
+
+
+def check_loss(output: Any, step: int) -> None:
+    """Raise a clear error when ``output`` is not a usable loss (called after a step failed)."""
+    loss = output.get("loss") if isinstance(output, dict) else output
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"training_step must return a loss tensor or a dict with 'loss'; got {type(output).__name__} "
+            f"at global step {step}. (With automatic_optimization=False it may return None.)"
+        )
+    if loss.numel() != 1:
+        raise ValueError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar.")
+    if not loss.requires_grad:
+        raise ValueError(
+            "training_step returned a loss that does not require grad (was it computed under no_grad, or detached?)."
+        )
+
+
+def raise_nonfinite(epoch: int, step: int, value: float | None = None) -> None:
+    shown = f" ({value})" if value is not None else ""
+    raise FloatingPointError(
+        f"training_step returned a non-finite loss{shown} at epoch {epoch}, global step {step}; "
+        "pass on_nonfinite_loss='skip' to skip such batches."
+    )

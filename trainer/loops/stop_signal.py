@@ -1,13 +1,46 @@
 """A stop signal during fit (SIGTERM, Ctrl-C, the requeue signal): noted when it arrives, acted on at a
-step boundary, where ``interrupted.ckpt`` is saved before the process leaves."""
+step boundary, where ``interrupted.ckpt`` is saved before the process leaves; on several ranks the
+ranks vote so that all stop at the same batch (``StopVotes``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from trainer.loops.progress import Progress
+    from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
+
+SIGNAL_CHECK_EVERY = 8  # batches between the ranks' agreement on a received signal
+
+
+class StopVotes:
+    """Several ranks agree on a stop signal every ``SIGNAL_CHECK_EVERY`` batches without waiting for it:
+    the vote started after one batch is read after the next, its latency hidden behind that batch.
+
+    Every rank starts and reads each vote at the same batch, so all stop at the same one (at most
+    ``SIGNAL_CHECK_EVERY + 1`` batches after the signal); the epoch's end decides once more, waiting.
+    """
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.start = strategy.start_boolean_decision
+        self.pending: Callable[[], bool] | None = None
+
+    def after_batch(self, batch_idx: int, stop: bool) -> bool:
+        pending = self.pending
+        if pending is not None:
+            self.pending = None
+            return pending()
+        if batch_idx % SIGNAL_CHECK_EVERY == 0:
+            self.pending = self.start(stop)
+        return False
+
+    def finish(self) -> None:
+        """Read a vote still open when the loop ended (its answer is asked again at the epoch's end)."""
+        if self.pending is not None:
+            self.pending()
+            self.pending = None
 
 
 class StopSignal:

@@ -9,15 +9,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from trainer.loops.progress import Progress
     from trainer.view import TrainerView
 
 
-def open_window_grads(trainer: TrainerView, progress: Progress) -> list[torch.Tensor | None] | None:
-    """This rank's gradients if the checkpoint falls inside an accumulation window, else None."""
-    accumulate = trainer.accumulate_grad_batches
-    if accumulate == 1 or progress.batches_done % accumulate == 0:
-        return None
+def open_window_grads(trainer: TrainerView) -> list[torch.Tensor | None]:
+    """This rank's gradients, for a checkpoint inside an accumulation window (``AccumulationWindow.is_open_after``)."""
     return [None if p.grad is None else p.grad.detach().cpu() for p in trainer.lightning_module.parameters()]
 
 

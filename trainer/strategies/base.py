@@ -148,9 +148,16 @@ class Strategy(ABC):
         return move_to_device(batch, self.root_device)
 
     def batch_mover(self) -> Callable[[Any], Any] | None:
-        """What the loops apply to each batch, looked up once per epoch: ``batch_to_device``, or
-        None on CPU, where DataLoaders already hand out the batches, so a step pays nothing."""
-        return None if self.root_device.type == "cpu" else self.batch_to_device
+        """What the loops apply to each batch, looked up once per epoch: ``batch_to_device`` (its imports
+        resolved here, not per batch), or None on CPU, where DataLoaders already hand out the batches,
+        so a step pays nothing."""
+        if self.root_device.type == "cpu":
+            return None
+        if type(self).batch_to_device is not Strategy.batch_to_device:
+            return self.batch_to_device
+        from trainer.data.device import device_mover
+
+        return device_mover(self.root_device)
 
     def step_function(self, stage: Stage) -> Callable[..., Any]:
         """What the loops call per batch of ``stage``, looked up once per epoch.

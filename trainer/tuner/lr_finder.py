@@ -99,7 +99,9 @@ class LRRecorder(Callback):
         self.best_loss = 0.0
 
     def _window_end(self, trainer: Any, batch_idx: int) -> bool:
-        return (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        """Whether the batch takes an optimizer step; the epoch's last, partial window steps too (Lightning's
+        recorder skips that step, leaving it without a point)."""
+        return bool(trainer.fit_loop.step.window.ends(batch_idx))
 
     def on_train_batch_start(self, trainer: Any, pl_module: Module, batch: Any, batch_idx: int) -> None:
         if self._window_end(trainer, batch_idx):

@@ -34,7 +34,7 @@ def isolated(trainer: Trainer, module: Module, callbacks: list[Callback], **flag
     scale = copy.deepcopy(scaler.state_dict()) if scaler is not None else None
     saved = {name: getattr(trainer, name) for name in _FLAGS}
     limits, given_callbacks, loggers = dict(trainer.limits), list(trainer.callbacks), list(trainer.loggers)
-    progress = copy.deepcopy(trainer.fit_loop.progress)
+    progress = trainer.fit_loop.progress.state_dict()
     metric_log = trainer.metric_log
     metrics = dict(metric_log.callback_metrics), dict(metric_log.logged_metrics), set(metric_log.progress_bar_keys)
     try:
@@ -60,7 +60,7 @@ def isolated(trainer: Trainer, module: Module, callbacks: list[Callback], **flag
         trainer.limits.update(limits)
         trainer.set_callbacks(given_callbacks)
         trainer.loggers[:] = loggers
-        trainer.fit_loop.progress = progress
+        trainer.fit_loop.progress.load_state_dict(progress)  # through its owner's own method
         metric_log.callback_metrics.clear()
         metric_log.callback_metrics.update(metrics[0])
         metric_log.logged_metrics.clear()

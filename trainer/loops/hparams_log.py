@@ -1,0 +1,37 @@
+"""The hyper-parameters the loggers get when fit starts: the module's and the DataModule's saved ones and
+the CLI's config, on global rank zero, as Lightning logs them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.module import Module
+    from trainer.view import TrainerView
+
+
+def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> None:
+    if not trainer.is_global_zero:
+        return
+    params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
+    for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
+        lg.log_hyperparams(params)
+
+
+def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
+    """The module's and the DataModule's hyper-parameters saved by ``save_hyperparameters`` (``logger=False``
+    keeps either out; the automatic record stays in checkpoints); a name both hold with different values is an
+    error, as in Lightning."""
+    state = module._hparams_state()
+    logged = dict(module.hparams_initial) if state.log and state.explicit else {}
+    saved = getattr(datamodule, "_hparams_state", lambda: None)()
+    if saved is None or not (saved.log and saved.explicit):
+        return logged
+    extra = dict(datamodule.hparams_initial)
+    clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
+    if clash:
+        raise ValueError(
+            f"the hyper-parameters {clash} are saved by both {type(module).__name__} and {type(datamodule).__name__} "
+            "with different values; rename one, or save_hyperparameters(ignore=...) it in one of them."
+        )
+    return {**logged, **extra}
