@@ -9,6 +9,8 @@ not wait, but a CUDA one would); the trainer's own CPU-only reads (the immediate
 are left alone, as on a GPU they do not happen.
 
 ``use_fake_graphs(monkeypatch)`` makes ``Trainer(cuda_graph=True)`` accept the CPU and capture with it.
+A step can tell it is being captured by ``capturing`` (to raise as a CUDA op that is illegal in a capture
+would); ``device_lr=True`` gives the optimizer its learning rates as tensors, as on a GPU.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 import trainer.graphs.backend as backend
 from trainer.graphs.backend import Watch, frames_here, iter_tensors, user_line
-from trainer.graphs.optimizers import HostLearningRates, LearningRates
+from trainer.graphs.optimizers import DeviceLearningRates, HostLearningRates, LearningRates
 
 T = TypeVar("T")
 HOST_READS = {"item", "__bool__", "__float__", "__int__", "__index__", "tolist", "__repr__", "__format__", "numpy"}
@@ -46,12 +48,13 @@ class FakeGraphs:
 
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     calls: list[str] = field(default_factory=list)
-    fail_capture: BaseException | None = None  # raised by the next capture, as a CUDA capture error would be
+    device_lr: bool = False
+    capturing: bool = False  # True while a capture runs the step
     replays_python = True
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> LearningRates:
         self.calls.append("prepare")
-        return HostLearningRates()
+        return DeviceLearningRates(optimizer, self.device) if self.device_lr else HostLearningRates()
 
     def warm_up(self, fn: Callable[[], T]) -> T:
         self.calls.append("warm_up")
@@ -65,11 +68,11 @@ class FakeGraphs:
 
     def capture(self, fn: Callable[[], T], params: list[torch.Tensor]) -> tuple[Any, T]:
         self.calls.append("capture")
-        if self.fail_capture is not None:
-            error, self.fail_capture = self.fail_capture, None
-            fn()  # the step's Python runs (as at a real capture) before the error surfaces
-            raise error
-        result = fn()
+        self.capturing = True
+        try:
+            result = fn()
+        finally:
+            self.capturing = False
         return FakeGraph(fn, result, [(p, p.grad) for p in params if p.grad is not None]), result
 
     def replay(self, graph: Any) -> None:
@@ -103,12 +106,12 @@ class _HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def use_fake_graphs(monkeypatch: pytest.MonkeyPatch) -> list[FakeGraphs]:
+def use_fake_graphs(monkeypatch: pytest.MonkeyPatch, device_lr: bool = False) -> list[FakeGraphs]:
     """``cuda_graph=True`` on the CPU, with a fake backend; returns the backends made (one per fit)."""
     made: list[FakeGraphs] = []
 
     def fake_backend(device: torch.device) -> FakeGraphs:
-        made.append(FakeGraphs(device))
+        made.append(FakeGraphs(device, device_lr=device_lr))
         return made[-1]
 
     monkeypatch.setattr(backend, "check_device", lambda device: None)

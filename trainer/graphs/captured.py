@@ -108,11 +108,12 @@ class CapturedStep:
 
         return transfer
 
-    def close(self) -> str:
-        """At the fit's end: drop the graphs; returns the summary's text."""
+    def close(self) -> None:
+        """At the fit's end: drop the graphs; rank zero prints the summary (what ran each batch, and why)."""
         text = self.finish_summary().text()
         self.release()
-        return text
+        if self.trainer.is_global_zero:
+            print(text)
 
     def release(self) -> None:
         """Drop every graph; the kinds seen so far stay counted in the summary."""
@@ -121,10 +122,12 @@ class CapturedStep:
         self.entries, self.window = {}, None
 
     def finish_summary(self) -> GraphSummary:
-        """The summary with each kind's warm-up steps counted as warming up, or as rare if never captured."""
+        """The summary with each kind's warm-up steps counted as warming up, or as rare if never captured (when
+        nothing could be captured, all of them warmed up)."""
         summary = self.summary
         for entry in [*self.retired, *self.entries.values()]:
-            summary.eager[kinds.WARMING if entry.recording is not None else kinds.RARE] += entry.seen
+            captured = entry.recording is not None or summary.fallback is not None
+            summary.eager[kinds.WARMING if captured else kinds.RARE] += entry.seen
             entry.seen = 0
         return summary
 
