@@ -7,6 +7,7 @@ host read, runs a partial last batch eagerly and counts it. Every test skips wit
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,12 @@ def data(n: int = 96, batch: int = 8, shuffle: bool = False) -> torch.utils.data
 
 
 def run(
-    tmp_path: Path, graph: bool, module: trainer.Module | None = None, loader: Any = None, **flags: Any
+    tmp_path: Path, graph: bool, make: Callable[[], trainer.Module] = Net, loader: Any = None, **flags: Any
 ) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]], trainer.Trainer]:
-    """A 2-epoch fit, eager or captured; returns its parameters, every batch's values and the Trainer."""
+    """A 2-epoch fit, eager or captured, of the module ``make`` builds after seeding; returns its parameters,
+    every batch's values and the Trainer."""
     torch.manual_seed(0)
-    module = module or Net()
+    module = make()
     values = Values()
     callbacks = [values, *flags.pop("callbacks", [])]
     fit = gpu(tmp_path / ("graph" if graph else "eager"), cuda_graph=graph, max_epochs=2, callbacks=callbacks, **flags)
@@ -107,7 +109,7 @@ def test_a_captured_run_is_bitwise_equal_to_the_eager_run(
     captured, captured_values, fit = run(tmp_path, True, accumulate_grad_batches=accumulate, **flags)
     assert_bitwise_equal(captured, eager)
     assert_same_values(captured_values, eager_values)
-    assert len({float(v["train_loss"]) for v in captured_values}) == len(captured_values)  # not frozen at capture
+    assert len({float(v["out/loss"]) for v in captured_values}) == len(captured_values)  # not frozen at capture
     done = summary(fit)
     # one kind of step without accumulation; with 3, a window's first, middle and last batch are three kinds
     kinds = 1 if accumulate == 1 else 3
@@ -117,16 +119,16 @@ def test_a_captured_run_is_bitwise_equal_to_the_eager_run(
 
 
 def test_sgd_with_momentum_is_captured_through_its_fused_kernel(tmp_path: Path) -> None:
-    eager, eager_values, _ = run(tmp_path, False, Net("sgd"))
-    captured, captured_values, fit = run(tmp_path, True, Net("sgd"))
+    eager, eager_values, _ = run(tmp_path, False, lambda: Net("sgd"))
+    captured, captured_values, fit = run(tmp_path, True, lambda: Net("sgd"))
     assert_bitwise_equal(captured, eager)
     assert_same_values(captured_values, eager_values)
     assert summary(fit).replayed == 24 - WARM_UP - 1
 
 
 def test_dropout_draws_under_replay_what_the_eager_step_draws(tmp_path: Path) -> None:
-    eager, _, _ = run(tmp_path, False, Net(dropout=0.3))
-    captured, _, fit = run(tmp_path, True, Net(dropout=0.3))
+    eager, _, _ = run(tmp_path, False, lambda: Net(dropout=0.3))
+    captured, _, fit = run(tmp_path, True, lambda: Net(dropout=0.3))
     assert_bitwise_equal(captured, eager)
     assert summary(fit).replayed == 24 - WARM_UP - 1
 
@@ -144,9 +146,15 @@ class Counting(Net):
 
 def test_a_partial_last_batch_runs_eagerly_and_is_counted(tmp_path: Path) -> None:
     loader = data(n=8 * 10 + 3)  # 11 batches, the last of 3 samples
-    eager, eager_values, _ = run(tmp_path, False, Counting(), loader=loader)
-    module = Counting()
-    captured, captured_values, fit = run(tmp_path, True, module, loader=data(n=8 * 10 + 3))
+    eager, eager_values, _ = run(tmp_path, False, Counting, loader=loader)
+    modules: list[Counting] = []
+
+    def make() -> Counting:
+        modules.append(Counting())
+        return modules[-1]
+
+    captured, captured_values, fit = run(tmp_path, True, make, loader=data(n=8 * 10 + 3))
+    module = modules[0]
     assert_bitwise_equal(captured, eager)
     assert_same_values(captured_values, eager_values)
     done = summary(fit)
@@ -191,7 +199,7 @@ def test_a_checkpoint_of_a_captured_run_holds_the_users_optimizer_settings(tmp_p
             return torch.optim.Adam(self.parameters(), lr=0.01)
 
     every = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=6, save_top_k=-1)
-    run(tmp_path, True, Plain(), callbacks=[every], enable_checkpointing=True)
+    run(tmp_path, True, Plain, callbacks=[every], enable_checkpointing=True)
     ckpt = sorted((tmp_path / "ckpts").glob("*step=12.ckpt"))[0]  # written between replays
     state = torch.load(ckpt, weights_only=True, map_location="cpu")["optimizer_states"][0]
     assert state["param_groups"][0]["capturable"] is False
@@ -241,10 +249,10 @@ class HostRead(Net):
 
 @pytest.mark.parametrize("how", ["item", "print", "branch"])
 def test_a_host_read_in_the_step_falls_back_with_a_warning_naming_its_line(tmp_path: Path, how: str) -> None:
-    eager, _, _ = run(tmp_path, False, HostRead(how))
+    eager, _, _ = run(tmp_path, False, lambda: HostRead(how))
     with pytest.warns(UserWarning, match=r"the training step cannot be captured: it waits on the device at "
                       r".*test_cuda_graph\.py:\d+ .*The run continues eagerly") as caught:  # fmt: skip
-        captured, _, fit = run(tmp_path, True, HostRead(how))
+        captured, _, fit = run(tmp_path, True, lambda: HostRead(how))
     line = {"item": "self.last = out", "print": "print(out", "branch": "elif out"}[how]
     assert any(line in str(w.message) for w in caught)
     assert_bitwise_equal(captured, eager)

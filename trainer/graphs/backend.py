@@ -134,6 +134,15 @@ def error_line(error: BaseException) -> HostRead | None:
     return found
 
 
+def first_error(error: BaseException) -> BaseException:
+    """The error that started a chain (the one raised inside a capture, not the capture's end failing after it)."""
+    seen = {id(error)}
+    while error.__context__ is not None and id(error.__context__) not in seen:
+        error = error.__context__
+        seen.add(id(error))
+    return error
+
+
 def frames_here() -> list[traceback.FrameSummary]:
     """The caller's stack, outermost first."""
     return list(traceback.extract_stack())[:-1]

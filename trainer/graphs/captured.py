@@ -23,7 +23,7 @@ import torch
 
 import trainer.graphs.backend as backends
 from trainer.graphs import summary as kinds
-from trainer.graphs.backend import GraphBackend, error_line
+from trainer.graphs.backend import GraphBackend, error_line, first_error
 from trainer.graphs.checks import check_fit
 from trainer.graphs.inputs import Signature, StaticInputs, Uncapturable
 from trainer.graphs.summary import GraphSummary
@@ -207,8 +207,8 @@ class CapturedStep:
         except Exception as error:  # a capture that fails for any reason means: run eagerly
             for param, grad in zip(params, grads):  # a failed capture ran nothing: the gradients are as they were
                 param.grad = grad
-            where = error_line(error)
-            self._fall_back(f"capturing it failed{f' at {where}' if where else ''}: {type(error).__name__}: {error}")
+            where, first = error_line(error), first_error(error)
+            self._fall_back(f"capturing it failed{f' at {where}' if where else ''}: {type(first).__name__}: {first}")
             return None
         recording.keep_result(output, loss)
         entry.graph, entry.recording, entry.statics = graph, recording, recording.statics()

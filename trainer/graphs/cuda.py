@@ -74,8 +74,13 @@ class CudaGraphs:
 
     def capture(self, fn: Callable[[], T], params: list[torch.Tensor]) -> tuple[Any, T]:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            result = fn()
+        before = torch.cuda.current_stream(self.device)
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+                result = fn()
+        except BaseException:
+            torch.cuda.set_stream(before)  # a failing capture_end leaves the capture stream current
+            raise
         self.graphs.append(graph)
         graph.replay()  # a capture records the step; this runs it
         return graph, result
@@ -87,3 +92,4 @@ class CudaGraphs:
         for graph in self.graphs:
             graph.reset()
         self.graphs = []
+        self.pool = torch.cuda.graph_pool_handle()  # the next captures start a pool of their own
