@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 import trainer.graphs.backend as backend
-from trainer.graphs.backend import Watch, frames_here, iter_tensors, user_line
+from trainer.graphs.lines import Watch, frames_here, user_line
 from trainer.graphs.optimizers import DeviceLearningRates, HostLearningRates, LearningRates
 
 T = TypeVar("T")
@@ -78,7 +79,7 @@ class FakeGraphs:
     def replay(self, graph: Any) -> None:
         self.calls.append("replay")
         result = graph.fn()
-        for static, new in zip(iter_tensors(graph.result), iter_tensors(result)):
+        for static, new in zip(_tensors(graph.result), _tensors(result)):
             if static is not new:
                 static.detach().copy_(new.detach())
         for param, grad in graph.grads:
@@ -88,6 +89,10 @@ class FakeGraphs:
 
     def release(self) -> None:
         self.calls.append("release")
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 class _HostReads(TorchFunctionMode):

@@ -22,6 +22,7 @@ from tests.fake_graphs import FakeGraphs
 from trainer.cli import CLI
 from trainer.graphs.checks import check_fit
 from trainer.graphs.inputs import StaticInputs, Uncapturable, signature
+from trainer.graphs.lines import error_line
 from trainer.graphs.optimizers import DeviceLearningRates, make_capturable
 from trainer.graphs.summary import FULL, RARE, WARMING, GraphSummary
 from trainer.graphs.tape import NotReplayable, Recording, fresh_copies, standing_in
@@ -326,7 +327,7 @@ def test_an_error_is_placed_at_the_users_line_even_when_leaving_the_capture_rais
             raise RuntimeError("capture invalidated") from None
         except RuntimeError as outer:
             outer.__context__ = error
-            line = backend.error_line(outer)
+            line = error_line(outer)
     assert line is not None and line.file == __file__
 
 

@@ -23,9 +23,10 @@ import torch
 
 import trainer.graphs.backend as backends
 from trainer.graphs import summary as kinds
-from trainer.graphs.backend import GraphBackend, error_line, first_error
+from trainer.graphs.backend import GraphBackend
 from trainer.graphs.checks import check_fit
 from trainer.graphs.inputs import Signature, StaticInputs, Uncapturable
+from trainer.graphs.lines import error_line, first_error
 from trainer.graphs.summary import GraphSummary
 from trainer.graphs.tape import Recording, fresh_copies, standing_in
 
