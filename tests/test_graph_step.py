@@ -260,3 +260,28 @@ def test_a_resumed_captured_run_captures_again_and_ends_as_the_uninterrupted_one
     run.fit(module, models.loader(models.regression_data(96)), ckpt_path=ckpt)
     models.assert_bitwise_equal(models.params(module), final)
     assert backends[-1].calls.count("capture") == 2 and summary(run).replayed > 0
+
+
+class Pair:
+    """A batch class of the user's own, moved with ``.to()``."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def to(self, device: Any) -> Pair:
+        return self
+
+
+class PairNet(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return super().training_step((batch.x, batch.y), batch_idx)
+
+
+def test_a_batch_of_a_class_of_ones_own_runs_eagerly_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = models.regression_data(48)
+    batches = [Pair(data.tensors[0][i : i + 8], data.tensors[1][i : i + 8]) for i in range(0, 48, 8)]
+    use_fake_graphs(monkeypatch)
+    _, _, run = fit(tmp_path, True, PairNet, data=batches, max_epochs=1)
+    assert dict(summary(run).eager) == {"where the batch holds a Pair: moved with .to(), but not a tensor": 6}

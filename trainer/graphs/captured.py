@@ -142,7 +142,7 @@ class CapturedStep:
         try:
             sig, leaves = self.inputs.known(batch)
         except Uncapturable as error:
-            return self._eager(fn, batch, batch_idx, str(error))
+            return self._eager(fn, batch, batch_idx, f"where {error}")
         key = Key(sig, *place)
         in_window = key.starts or sig == self.window
         if key.starts:

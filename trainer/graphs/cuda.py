@@ -34,8 +34,9 @@ class CudaGraphs:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.device(device):  # a pool and a capture belong to the current device
+            self.stream = torch.cuda.Stream(device)
+            self.pool = torch.cuda.graph_pool_handle()
         self.graphs: list[torch.cuda.CUDAGraph] = []
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> LearningRates:
@@ -76,7 +77,10 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         before = torch.cuda.current_stream(self.device)
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+            with (
+                torch.cuda.device(self.device),
+                torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"),
+            ):
                 result = fn()
         except BaseException:
             torch.cuda.set_stream(before)  # a failing capture_end leaves the capture stream current
@@ -92,4 +96,5 @@ class CudaGraphs:
         for graph in self.graphs:
             graph.reset()
         self.graphs = []
-        self.pool = torch.cuda.graph_pool_handle()  # the next captures start a pool of their own
+        with torch.cuda.device(self.device):
+            self.pool = torch.cuda.graph_pool_handle()  # the next captures start a pool of their own
