@@ -161,3 +161,100 @@ def test_dp_does_not_need_ddp() -> None:
     graph = import_graph()
     assert "trainer.strategies.ddp" not in graph["trainer.strategies.dp"]
     assert "trainer.strategies.ddp" not in graph["trainer.strategies.step_wrapper"]
+
+
+# ---- the training step has one owner, Progress one writer ---------------------------------------------
+def _outer_functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Module-level functions and methods (nested functions stay inside their owner)."""
+    bodies = [tree.body, *(n.body for n in tree.body if isinstance(n, ast.ClassDef))]
+    return [n for body in bodies for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def optimizer_step_sites(source: str, name: str) -> set[str]:
+    """The functions of ``source`` that step an optimizer: ``<optimizer>.step`` or ``<precision>.optimizer_step``,
+    called or taken as a bound method, as ``name:function``."""
+    sites = set()
+    for function in _outer_functions(ast.parse(source)):
+        for node in ast.walk(function):
+            if isinstance(node, ast.Attribute):
+                owner = ast.unparse(node.value).lower()
+                if (node.attr == "step" and "optim" in owner) or (
+                    node.attr == "optimizer_step" and "precision" in owner
+                ):
+                    sites.add(f"{name}:{function.name}")
+    return sites
+
+
+def test_the_loops_step_an_optimizer_in_one_place() -> None:
+    """Automatic (plain, hooked, closure) and manual optimization all step through ``TrainingStep._stepper``."""
+    sites = set()
+    for path in sorted((PACKAGE / "loops").glob("*.py")):
+        sites |= optimizer_step_sites(path.read_text(), path.name)
+    assert sites == {"step.py:_stepper"}
+
+
+PROGRESS_FIELDS = {"epoch", "batches_done", "total_batches", "global_step", "validations", "validated_at",
+                   "closed_at", "epoch_finished", "loader_offset"}  # fmt: skip
+
+
+def progress_writes(source: str) -> list[str]:
+    """Where ``source`` writes a Progress counter: an assignment to one of its fields (``epoch`` only through a
+    name that says progress, as other objects have epochs), ``setattr`` on a progress, or a new ``progress``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            for target in flat:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                through_progress = "progress" in ast.unparse(target.value).lower()
+                field = target.attr in PROGRESS_FIELDS and (target.attr != "epoch" or through_progress)
+                if field or (target.attr == "progress" and ast.unparse(target.value) != "self"):
+                    found.append(f"line {node.lineno}: {ast.unparse(target)}")
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "setattr"
+            and node.args
+            and "progress" in ast.unparse(node.args[0]).lower()
+        ):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_progress_is_written_only_by_its_own_methods() -> None:
+    """Everything else calls ``Progress``'s methods (the fit loop and the step) or reads it."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path != PACKAGE / "loops" / "progress.py":
+            problems += [f"{path.relative_to(PACKAGE.parent)} {w}" for w in progress_writes(path.read_text())]
+    assert problems == []
+
+
+def test_global_step_grows_in_one_place() -> None:
+    """One increment, in ``Progress.count_step``, called once: by the step's after-step."""
+    tree = ast.parse((PACKAGE / "loops" / "progress.py").read_text())
+    writers = [
+        f.name for f in _outer_functions(tree) if any("global_step" in w for w in progress_writes(ast.unparse(f)))
+    ]
+    assert writers == ["count_step"]
+    callers = [p.name for p in sorted(PACKAGE.rglob("*.py")) if ".count_step()" in p.read_text()]
+    assert callers == ["step.py"] and (PACKAGE / "loops" / "step.py").read_text().count(".count_step()") == 1
+
+
+def test_the_writer_checks_find_a_second_writer() -> None:
+    planted = """
+def f(trainer, progress, opt, precision):
+    trainer.fit_loop.progress.epoch += 1
+    progress.batches_done = 0
+    self.progress.global_step, x = 3, 4
+    setattr(trainer.fit_loop.progress, "epoch", 2)
+    trainer.fit_loop.progress = None
+    opt.step()
+    precision.optimizer_step(opt)
+"""
+    lines = sorted(int(w.split(":")[0].removeprefix("line ")) for w in progress_writes(planted))
+    assert lines == [3, 4, 5, 6, 7]
+    assert progress_writes("scheduler.last_epoch = 3\nself.epoch = 1\nself.progress = Progress()") == []
+    assert optimizer_step_sites(planted, "x.py") == {"x.py:f"}
+    assert optimizer_step_sites("def g(module):\n    module.optimizer_step(0, 0, opt)", "y.py") == set()

@@ -15,6 +15,8 @@ Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -96,6 +98,8 @@ class EvaluationLoop:
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
         batches: Iterable[Any] = start_iterator(loader) if started is None else started
+        if math.isfinite(total):  # never one batch more than is run: the loader is not asked for it
+            batches = itertools.islice(batches, int(total))
         if trainer.profiler is not None:  # Lightning's action names
             step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
             to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)
@@ -107,8 +111,6 @@ class EvaluationLoop:
         outputs = self.predictions[idx]
         write = not trainer.sanity_checking
         for batch_idx, batch in enumerate(batches):
-            if batch_idx >= total:
-                break
             if to_device is not None:
                 batch = to_device(batch)
             results.batch = batch
