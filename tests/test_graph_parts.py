@@ -209,14 +209,13 @@ def test_a_batch_leaf_moved_by_to_but_not_a_tensor_cannot_be_a_static_input() ->
 
 def test_static_inputs_are_filled_in_place_and_bounded() -> None:
     inputs = StaticInputs(limit=1)
-    first = (torch.ones(2, 2), "a")
-    sig, leaves = signature(first)
-    placed, _ = inputs.fill(sig, leaves) or (None, None)
+    sig, placed = inputs.fill(*signature((torch.ones(2, 2), "a"))) or (None, None)
     buffer = placed[0]
     second = (torch.full((2, 2), 7.0), "b")
-    placed_again, _ = inputs.fill(*signature(second)) or (None, None)
+    sig_again, placed_again = inputs.fill(*signature(second)) or (None, None)
     assert placed_again[0] is buffer and torch.equal(buffer, second[0]) and placed_again[1] == "b"
     assert buffer is not second[0]  # a copy: the loader's tensor is not kept
+    assert sig_again is sig  # one object per signature: later comparisons are identity checks
     assert inputs.fill(*signature((torch.ones(3, 2), "c"))) is None  # a second signature: no room
 
 
@@ -227,8 +226,8 @@ def test_the_mover_places_the_batch_and_its_signature_is_not_computed_twice(monk
     placed = move(batch)
     assert placed[0] is not batch[0] and torch.equal(placed[0], batch[0])
     monkeypatch.setattr("trainer.graphs.inputs.signature", lambda *a: pytest.fail("signature computed again"))
-    sig, leaves = inputs.known(placed)
-    assert leaves[0] is placed[0] and sig in inputs.buffers
+    sig, again = inputs.place(placed) or (None, None)
+    assert again is placed and sig in inputs.buffers
 
 
 # ---- the tape ------------------------------------------------------------------------------------------

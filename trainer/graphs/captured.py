@@ -139,35 +139,42 @@ class CapturedStep:
             return self._eager(fn, batch, batch_idx, kinds.FALLEN_BACK)
         if len(self.optimizer.param_groups) != self.groups:
             self._drop("the optimizer's param groups changed")
+        window, starts = self.window, place[0]
+        if starts:
+            self.window = None
         try:
-            sig, leaves = self.inputs.known(batch)
+            found = self._entry(batch, place)
         except Uncapturable as error:
             return self._eager(fn, batch, batch_idx, f"where {error}")
-        key = Key(sig, *place)
-        in_window = key.starts or sig == self.window
-        if key.starts:
-            self.window = None
-        entry = self.entries.get(key)
-        if entry is None and len(self.entries) < MAX_GRAPHS:
-            entry = self.entries[key] = Entry()
-        placed = self.inputs.fill(sig, leaves) if entry is not None else None
-        if entry is None or placed is None:
+        if found is None:
             return self._eager(fn, batch, batch_idx, kinds.FULL)
-        static = placed[0]
-        result: tuple[Any, Any] | None
-        if entry.graph is not None and in_window:
-            result = self._replay(entry)
-        elif entry.graph is None and entry.seen >= WARM_UP and in_window:
-            result = self._capture(entry, fn, static, batch_idx)
-        elif entry.graph is None:
+        entry, sig, static = found
+        in_window = starts or sig is window  # a window continues the graph that began it, or runs eagerly
+        if entry.graph is None and (entry.seen < WARM_UP or not in_window):
             return self._warm_up(entry, fn, static, batch_idx)
-        else:
+        if not in_window:
             return self._eager(fn, static, batch_idx, kinds.WINDOW)
+        result = self._replay(entry) if entry.graph is not None else self._capture(entry, fn, static, batch_idx)
         if result is None:  # the capture failed: the step has not run
             return self._eager(fn, static, batch_idx, kinds.FALLEN_BACK)
-        if key.starts:
+        if starts:
             self.window = sig
         return result
+
+    def _entry(self, batch: Any, place: tuple[bool, bool, float]) -> tuple[Entry, Signature, Any] | None:
+        """The kind of step ``batch`` at ``place`` is, its signature and its static batch; None when the cache
+        is full."""
+        placed = self.inputs.place(batch)
+        if placed is None:
+            return None
+        sig, static = placed
+        key = Key(sig, *place)
+        entry = self.entries.get(key)
+        if entry is None:
+            if len(self.entries) >= MAX_GRAPHS:
+                return None
+            entry = self.entries[key] = Entry()
+        return entry, sig, static
 
     def _eager(self, fn: StepFn, batch: Any, batch_idx: int, reason: str) -> tuple[Any, Any]:
         self.summary.eager[reason] += 1

@@ -3,7 +3,7 @@
 A graph reads its inputs from fixed addresses, so each batch is copied into the static tensors of
 its signature: the tree's structure and, per tensor, shape, dtype and device. A batch straight from
 the loader (pinned memory, the default transfer) is copied from there into the static tensors, so it
-is copied once, as it would be moved to the device anyway (``StaticInputs.move``); a batch that a
+is copied once, as it would be moved to the device anyway (``StaticInputs.mover``); a batch that a
 transfer hook already moved is copied on the device. Non-tensor leaves (file names, ids) are not
 part of the key: a captured step does not read them, and a step that branches on them is a Python
 side effect that runs once (docs/cuda-graphs.md).
@@ -12,7 +12,7 @@ side effect that runs once (docs/cuda-graphs.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,10 +23,20 @@ Meta = tuple[tuple[int, ...], torch.dtype, torch.device]
 
 @dataclass(frozen=True)
 class Signature:
-    """What a graph's inputs are: the batch's structure and each tensor leaf's shape, dtype and device."""
+    """What a graph's inputs are: the batch's structure and each tensor leaf's shape, dtype and device.
+
+    Hashed once (it keys two dicts per batch); ``StaticInputs`` hands out one object per signature, so
+    the later comparisons are identity checks."""
 
     spec: pytree.TreeSpec
     tensors: tuple[Meta | None, ...]  # per leaf; None for a leaf that is not a tensor
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.spec, self.tensors)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def describe(self) -> str:
         shapes = [f"{tuple(m[0])} {str(m[1]).removeprefix('torch.')}" for m in self.tensors if m is not None]
@@ -61,33 +71,44 @@ class StaticInputs:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.buffers: dict[Signature, list[torch.Tensor | None]] = {}
+        self.buffers: dict[Signature, tuple[Signature, list[torch.Tensor | None]]] = {}  # sig -> (itself, tensors)
+        self.moved: tuple[Any, Signature] | None = None  # the batch ``move`` placed last, and its signature
 
-    def static(self, sig: Signature, leaves: list[Any]) -> list[torch.Tensor | None] | None:
-        """The static tensors of ``sig`` (made on first sight while there is room), or None."""
+    def static(self, sig: Signature, leaves: list[Any]) -> tuple[Signature, list[torch.Tensor | None]] | None:
+        """The one ``Signature`` object for ``sig`` and its static tensors (made on first sight while there is
+        room), or None."""
         found = self.buffers.get(sig)
         if found is None and len(self.buffers) < self.limit:
-            found = self.buffers[sig] = [
+            tensors = [
                 torch.empty_like(leaf, device=meta[2]) if meta is not None else None
                 for leaf, meta in zip(leaves, sig.tensors)
             ]
+            found = self.buffers[sig] = (sig, tensors)
         return found
 
-    def fill(self, sig: Signature, leaves: list[Any]) -> tuple[Any, list[Any]] | None:
-        """The batch (and its leaves) with each tensor copied into ``sig``'s static tensors; None when there
-        is no room."""
-        static = self.static(sig, leaves)
-        if static is None:
+    def fill(self, sig: Signature, leaves: list[Any]) -> tuple[Signature, Any] | None:
+        """The batch with each tensor copied into ``sig``'s static tensors, with the signature's one object;
+        None when there is no room."""
+        found = self.static(sig, leaves)
+        if found is None:
             return None
         merged: list[Any] = []
-        for leaf, buffer in zip(leaves, static):
+        for leaf, buffer in zip(leaves, found[1]):
             if buffer is None:
                 merged.append(leaf)
                 continue
             if leaf is not buffer:
                 buffer.copy_(leaf, non_blocking=True)  # from pinned memory: overlaps; ordered before the replay
             merged.append(buffer)
-        return pytree.tree_unflatten(merged, sig.spec), merged
+        return found[0], pytree.tree_unflatten(merged, sig.spec)
+
+    def place(self, batch: Any) -> tuple[Signature, Any] | None:
+        """``batch`` in the static tensors (already, when ``move`` put it there), with its signature; None
+        when there is no room. Raises ``Uncapturable`` for a batch a graph cannot take."""
+        moved = self.moved
+        if moved is not None and moved[0] is batch:
+            return moved[1], batch
+        return self.fill(*signature(batch))
 
     def mover(self, device: torch.device, fallback: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
         """The batch transfer of a captured run: straight into the static tensors where it can, else
@@ -95,22 +116,12 @@ class StaticInputs:
 
         def move(batch: Any) -> Any:
             try:
-                sig, leaves = signature(batch, device)
+                placed = self.fill(*signature(batch, device))
             except Uncapturable:
-                return batch if fallback is None else fallback(batch)
-            placed = self.fill(sig, leaves)
+                placed = None
             if placed is None:
                 return batch if fallback is None else fallback(batch)
-            self.moved = (placed[0], sig, placed[1])
-            return placed[0]
+            self.moved = (placed[1], placed[0])
+            return placed[1]
 
         return move
-
-    moved: tuple[Any, Signature, list[Any]] | None = None  # the batch ``move`` placed last, its signature and leaves
-
-    def known(self, batch: Any) -> tuple[Signature, list[Any]]:
-        """``batch``'s signature and leaves, without recomputing them for the batch ``move`` just placed."""
-        moved = self.moved
-        if moved is not None and moved[0] is batch:
-            return moved[1], moved[2]
-        return signature(batch)
