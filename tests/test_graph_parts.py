@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from tests.fake_graphs import FakeGraphs
 from trainer.cli import CLI
 from trainer.graphs.checks import check_fit
 from trainer.graphs.inputs import StaticInputs, Uncapturable, signature
-from trainer.graphs.lines import error_line
+from trainer.graphs.lines import error_line, user_line
 from trainer.graphs.optimizers import DeviceLearningRates, make_capturable
 from trainer.graphs.summary import FULL, RARE, WARMING, GraphSummary
 from trainer.graphs.tape import NotReplayable, Recording, fresh_copies, standing_in
@@ -312,6 +313,20 @@ def test_the_watch_names_the_users_line_and_ignores_the_trainers_own_cpu_reads()
         reads_on_the_host(torch.ones(2).sum())
     assert watch.found is not None and watch.found.file == __file__
     assert str(watch.found).endswith("(return loss.item()  # the line the watch must name)")
+
+
+def test_a_read_inside_torch_called_by_the_trainer_names_torchs_line() -> None:
+    """E.g. an optimizer whose capturable step reads its tensor learning rate on the host."""
+    torch_file = str(Path(torch.__file__).parent / "optim" / "rmsprop.py")
+    trainer_file = str(Path(trainer.__file__).parent / "loops" / "step.py")
+    stack = [
+        traceback.FrameSummary("/home/me/train.py", 9, "<module>", line="fit.fit(model)"),
+        traceback.FrameSummary(trainer_file, 200, "inner", line="step()"),
+        traceback.FrameSummary(torch_file, 321, "_multi_tensor_rmsprop", line="torch._foreach_addcdiv_(...)"),
+    ]
+    assert str(user_line(stack)) == f"{torch_file}:321 (torch._foreach_addcdiv_(...))"
+    user_code = [*stack[:2], traceback.FrameSummary("/home/me/model.py", 5, "hook", line="x.item()"), stack[2]]
+    assert str(user_line(user_code)) == "/home/me/model.py:5 (x.item())"
 
 
 def test_an_error_is_placed_at_the_users_line_even_when_leaving_the_capture_raised_another() -> None:

@@ -61,7 +61,7 @@ class CudaGraphs:
             if SYNC_WARNING not in str(message) or threading.get_ident() != thread:
                 show(message, category, filename, lineno, file, line)
             elif watch.found is None:
-                watch.found = user_line(frames_here())
+                watch.found = user_line(frames_here()[:-1])  # without this hook's own frame
 
         before = torch.cuda.get_sync_debug_mode()
         with warnings.catch_warnings():

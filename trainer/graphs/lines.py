@@ -40,22 +40,28 @@ class Watch:
 
 
 def user_line(stack: list[traceback.FrameSummary]) -> HostRead | None:
-    """The innermost frame of ``stack`` in the user's code (not torch's, this package's or the standard
-    library's); else the innermost outside torch; else the innermost."""
+    """The line to name for a host read or an error at the innermost frame of ``stack``: the innermost frame
+    outside torch and the standard library when it is the user's code (a script, a package of theirs); when
+    it is the trainer's (torch's optimizer step, called by the step), torch's innermost line."""
     frames = [f for f in stack if f.filename and not f.filename.startswith("<")]
-    if not frames:
-        return None
-    for keep in (_is_user, lambda path: not path.startswith(_TORCH), lambda path: True):
-        chosen = [f for f in frames if keep(os.path.abspath(f.filename))]
-        if chosen:
-            frame = chosen[-1]
-            code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
-            return HostRead(frame.filename, frame.lineno or 0, code)
-    return None  # pragma: no cover - the last filter keeps every frame
+    outside = [f for f in frames if not _under(f, (_TORCH, *_STDLIB))]
+    if outside and not _under(outside[-1], (_TRAINER,)):
+        frame = outside[-1]
+    else:
+        inner = [f for f in frames if not _under(f, _STDLIB)] or frames
+        if not inner:
+            return None
+        frame = inner[-1]
+    code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+    return HostRead(frame.filename, frame.lineno or 0, code)
+
+
+def _under(frame: traceback.FrameSummary, folders: tuple[str, ...]) -> bool:
+    return os.path.abspath(frame.filename).startswith(folders)
 
 
 def _is_user(path: str) -> bool:
-    return not path.startswith((_TORCH, _TRAINER, *_STDLIB)) and f"{os.sep}site-packages{os.sep}" not in path
+    return not path.startswith((_TORCH, _TRAINER, *_STDLIB))
 
 
 def error_line(error: BaseException) -> HostRead | None:
