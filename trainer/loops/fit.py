@@ -232,24 +232,24 @@ class FitLoop:
         return completed
 
     def _batch_loop(self, calls: BatchCalls, batches: Iterator[Any], skip: int, votes: StopVotes | None) -> bool:
-        progress, trainer = self.progress, self.trainer
-        limit = self.num_training_batches
+        progress, trainer, signal = self.progress, self.trainer, self.stop
+        limit, after_batch_work, max_steps = self.num_training_batches, calls.after_batch_work, calls.max_steps
         train_batch = self._batch_runner(calls)
         batch_idx = skip - 1
         for batch_idx, batch in enumerate(batches, start=skip):
             if train_batch(batch, batch_idx) is STOP_EPOCH:
                 self._step_epoch_schedulers(plateau=False)
                 return True
-            if calls.after_batch_work:
+            if after_batch_work:
                 self._after_batch(batch_idx)
             self.after_batch_due = False
-            stop = self.stop.received is not None
+            stop = signal.received is not None
             if votes is not None:
                 stop = votes.after_batch(batch_idx, stop)
             if stop:
                 self.stop.received = self.stop.received or "SIGTERM"
                 return False
-            if progress.global_step >= calls.max_steps or (trainer.should_stop and self._can_stop()):
+            if progress.global_step >= max_steps or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
         if batch_idx < 0:
             raise ValueError(
@@ -278,6 +278,7 @@ class FitLoop:
         batch_start, batch_end, log_every = calls.batch_start, calls.batch_end, calls.log_every
         manual = not calls.automatic  # Lightning logs its every batch
         limit, finish_batch = self.num_training_batches, progress.finish_batch
+        publish_step = calls.publish_step
 
         def train_batch(batch: Any, batch_idx: int) -> Any:
             if to_device is not None:
@@ -297,7 +298,9 @@ class FitLoop:
             write = False
             if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
                 self.after_batch_due = True
-                write = calls.publish_step(counted % log_every == 0)
+                write = counted % log_every == 0
+                if write or results.step_values:
+                    publish_step(write)
             if batch_end:
                 outputs = batch_end_outputs(output, calls.step_loss())
                 for end_hook in batch_end:
@@ -342,13 +345,7 @@ class FitLoop:
         metrics and, for an epoch that ran to its end, the epoch schedulers before those callbacks."""
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
-        self.step.check_nonfinite()
-        if self.step.skipped and trainer.is_global_zero:
-            warnings.warn(
-                f"on_nonfinite_loss='skip' skipped {self.step.skipped} of the {progress.batches_done} batches of "
-                f"epoch {progress.epoch}: their loss was NaN or infinite, so they changed nothing.",
-                stacklevel=2,
-            )
+        self.step.end_epoch(progress.batches_done, report=trainer.is_global_zero)
         trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
         with progress.ending_epoch(completed):
             between = functools.partial(self._epoch_metrics, completed)

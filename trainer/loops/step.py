@@ -23,8 +23,8 @@ The seam for capturing the step (a whole-step CUDA graph), all resolved per epoc
   step. Exactly the region a graph may capture; it touches no counter and no scheduler.
 - :meth:`TrainingStep.micro_step`: the same for a batch inside a window (no optimizer step), run
   under the strategy's ``no_sync``.
-- :meth:`TrainingStep.after_step`: ``(batch_idx) -> None``, host-side after a window's step: the
-  precision's update, ``Progress.count_step``, the step-interval schedulers. Never captured.
+- :meth:`TrainingStep.after_step`: ``() -> None``, host-side after a window's step: the precision's
+  update, ``Progress.count_step``, the step-interval schedulers. Never captured.
 - :meth:`TrainingStep.batch_step` composes them into what the fit loop calls per batch; batch
   start/end hooks, logging and validation stay in the fit loop, outside all of these.
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 BatchStep = Callable[[Any, int], Any]  # (batch, batch_idx) -> training_step's output
 InnerStep = Callable[[Any, int], tuple[Any, torch.Tensor]]  # (batch, batch_idx) -> (output, loss)
-AfterStep = Callable[[int], None]  # (batch_idx) -> None
+AfterStep = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class TrainingStep:
         self.schedules = self.automatic and bool(self.optimization.lr_scheduler_configs)
         self.prepares = bool(self.unscales or self.before_step_hooks or self.clips)  # _before_step does something
         self.updates = overrides(precision, "update", Precision)
+        self._after = self.after_step()  # the manual path's, which each StepOptimizer.step ends in
 
     # ---- the step, composed per epoch ----------------------------------------------------------------------
     def batch_step(self, inner: InnerStep | None = None) -> BatchStep:
@@ -157,7 +159,7 @@ class TrainingStep:
         def train(batch: Any, batch_idx: int) -> Any:
             if every or ends(batch_idx):
                 output, loss = inner(batch, batch_idx)
-                after(batch_idx)
+                after()
             else:
                 with no_sync():  # DDP: no gradient all-reduce until the window closes
                     output, loss = micro(batch, batch_idx)
@@ -172,34 +174,27 @@ class TrainingStep:
         """zero_grad (a window's start), forward, backward, unscale/hooks/clip and the optimizer step: the
         capturable region of a window's last batch. The closure path hands zero_grad/forward/backward
         to the module's ``optimizer_step`` as Lightning's closure."""
-        forward_backward = self.micro_step()
         if self.closure_step:
-            return self._closure_step(forward_backward)
-        optimizer = self.optimizer
-        assert optimizer is not None, "automatic optimization steps one optimizer"
-        step, prepare = self._stepper(optimizer), self._before_step if self.prepares else None
-
-        def inner(batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
-            output, loss = forward_backward(batch, batch_idx)
-            if prepare is not None:  # unscale first, so the hooks and clipping see the true gradients
-                prepare(optimizer)
-            step()
-            return output, loss
-
-        return inner
+            return self._closure_step(self.micro_step())
+        assert self.optimizer is not None, "automatic optimization steps one optimizer"
+        return self._forward_backward(self._stepper(self.optimizer))
 
     def micro_step(self) -> InnerStep:
-        """``training_step``, zero_grad at a window's start, and the backward of its (window-averaged) loss.
+        """``training_step``, zero_grad at a window's start, and the backward of its (window-averaged) loss."""
+        return self._forward_backward(None)
 
-        The output is only validated when something fails: ``check_loss`` then names the problem
-        (a checked-up-front loss would cost every step a few attribute reads).
-        """
+    def _forward_backward(self, step: Callable[[], Any] | None) -> InnerStep:
+        """The micro-step, then (``step``) the before-step and the optimizer step: one body for both, one call
+        per batch. The output is only validated when something fails: ``check_loss`` then names the
+        problem (a checked-up-front loss would cost every step a few attribute reads)."""
         forward, progress, window, nonfinite = self.forward, self.progress, self.window, self.nonfinite
         every, optimizer = window.size == 1, self.optimizer
         assert optimizer is not None, "automatic optimization steps one optimizer"
         zero_grad = optimizer.zero_grad if not (self.before_zero_grad or self.custom_zero_grad) else None
         backward = self._backward()  # None: the plain loss.backward()
+        prepare = self._before_step if step is not None and self.prepares else None
         check_finite, isfinite = nonfinite.mode != "off", math.isfinite
+        on_cpu = self.trainer.strategy.root_device.type == "cpu"  # .item() is free there: check at once
 
         def forward_backward(batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor]:
             output = forward(batch, batch_idx)
@@ -210,22 +205,26 @@ class TrainingStep:
                     self._zero_grad(batch_idx)
             try:
                 loss = output["loss"] if isinstance(output, dict) else output
-                # on CPU .item() costs nothing and the check is immediate; elsewhere the check is deferred
                 if (
                     check_finite
-                    and not (loss.is_cpu and isfinite(loss.item()))
+                    and not (on_cpu and isfinite(loss.item()))
                     and not nonfinite.finite(loss, progress.epoch, progress.global_step)
                 ):
-                    return output, loss.detach()  # skipped: drop the graph at once
-                if not every:
-                    loss = loss / window.divisor(batch_idx)
-                if backward is None:
-                    loss.backward()
+                    loss = loss.detach()  # skipped: no backward, the graph dropped at once
                 else:
-                    backward(loss)
+                    if not every:
+                        loss = loss / window.divisor(batch_idx)
+                    if backward is None:
+                        loss.backward()
+                    else:
+                        backward(loss)
             except Exception:
                 check_loss(output, progress.global_step)
                 raise
+            if step is not None:
+                if prepare is not None:  # unscale first, so the hooks and clipping see the true gradients
+                    prepare(optimizer)
+                step()
             return output, loss
 
         return forward_backward
@@ -233,14 +232,19 @@ class TrainingStep:
     def after_step(self) -> AfterStep:
         """The host-side end of a window's step: the precision's update, the global step, step-interval
         schedulers (an fp16 step the scaler skipped holds the learning rate: only a run with such
-        schedulers reads that answer, which waits for the device)."""
-        return self._after_step
+        schedulers reads that answer, which waits for the device). For a plain step, the count alone."""
+        progress, schedules, step_schedulers = self.progress, self.schedules, self.optimization.step_schedulers
+        update = self.trainer.precision.update if self.updates else None
+        if update is None and not schedules:
+            return progress.count_step
 
-    def _after_step(self, batch_idx: int) -> None:
-        stepped = self.trainer.precision.update() if self.updates else True
-        self.progress.count_step()
-        if self.schedules and bool(stepped):
-            self.optimization.step_schedulers("step", batch_idx, plateau=False)
+        def after() -> None:
+            stepped = update() if update is not None else True
+            progress.count_step()
+            if schedules and bool(stepped):  # the batch being trained: batches_done counts the ones before it
+                step_schedulers("step", progress.batches_done, plateau=False)
+
+        return after
 
     # ---- the parts -----------------------------------------------------------------------------------------
     def _backward(self) -> Callable[[torch.Tensor], Any] | None:
@@ -316,7 +320,7 @@ class TrainingStep:
 
         result = self._stepper(optimizer)(closure=closure_then_prepare, **kwargs)
         if not self.automatic:
-            self._after_step(-1)
+            self._after()
         return result
 
     # ---- non-finite losses -----------------------------------------------------------------------------------
@@ -324,3 +328,13 @@ class TrainingStep:
         """Raise now if a deferred check found a non-finite loss (one synchronization); the module checks
         its own losses in manual optimization."""
         self.nonfinite.check(self.progress.epoch)
+
+    def end_epoch(self, batches: int, report: bool) -> None:
+        """An epoch's end: a deferred non-finite loss raises; batches skipped for one are reported (``report``)."""
+        self.check_nonfinite()
+        if self.skipped and report:
+            warnings.warn(
+                f"on_nonfinite_loss='skip' skipped {self.skipped} of the {batches} batches of epoch "
+                f"{self.progress.epoch}: their loss was NaN or infinite, so they changed nothing.",
+                stacklevel=3,
+            )

@@ -46,13 +46,12 @@ class BatchCalls:
         self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
         self.step_end = trainer.metric_log.step_end
 
-    def publish_step(self, write: bool) -> bool:
-        """A batch that stepped: callbacks see its values now; the loggers get them (``write``) after its hooks."""
+    def publish_step(self, write: bool) -> None:
+        """A batch that stepped and logged, or whose values the loggers get (``write``, after its hooks):
+        callbacks see its values now."""
         if write:
-            self.check_nonfinite()
-        if write or self.results.step_values:
-            self.step_end()
-        return write
+            self.check_nonfinite()  # the values reach the host now anyway
+        self.step_end()
 
 
 def batch_end_outputs(output: Any, loss: torch.Tensor | None) -> Any:
