@@ -92,7 +92,7 @@ class CapturedStep:
             divisor = 1.0 if every else window.divisor(batch_idx)
             output, loss = self.run(inner if ends else micro, batch, batch_idx, (starts, ends, divisor))
             if ends:
-                after(batch_idx)
+                after()
             step.step_loss = loss
             return output
 
