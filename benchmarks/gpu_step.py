@@ -1,4 +1,5 @@
-"""GPU step cost: a raw PyTorch loop vs steadytrain vs Lightning (where installed), in one process.
+"""GPU step cost: a raw PyTorch loop vs steadytrain vs Lightning (where installed), in one process; and the
+whole step captured as a CUDA graph, written by hand and by ``Trainer(cuda_graph=True)``.
 
 Workloads (batches already on the device, so the loader costs nothing):
   tiny       MLP 64 wide, batch 64, fp32: launch-bound, shows per-step Python cost and forced syncs
@@ -11,7 +12,14 @@ synchronization) to the epoch's end; rounds rotate which system goes first, and 
 median of the per-round ratios to the raw loop. ``--syncs`` lists where each system synchronizes
 with the device (``torch.cuda.set_sync_debug_mode``) instead of timing.
 
-    python benchmarks/gpu_step.py [--rounds 3] [--only tiny medium] [--syncs] [--quick]
+Systems (``--systems``): ``raw`` (the hand-written eager loop), ``graph`` (the hand-written whole-step
+CUDA graph of PyTorch's guide, ``benchmarks/raw_graph.py``; it logs nothing, in both rows), ``ours``,
+``ours-graph`` (``Trainer(cuda_graph=True)``; its fit-end summary line is printed once per case, so a
+run that fell back to eager says so) and ``lightning``. The graph systems need CUDA and refuse 16-mixed
+(n/a there). Each row also gives the peak GPU memory a system allocated beyond the raw loop's.
+
+    python benchmarks/gpu_step.py [--rounds 3] [--only tiny medium] [--systems raw graph ours ours-graph]
+                                  [--syncs] [--quick]
 
 ``--quick`` is a smoke run (a few steps, small inputs; on CPU where there is no GPU): it checks the
 benchmark runs, its figures mean nothing.
@@ -31,6 +39,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +48,11 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.raw_graph import run_graph as graph_loop
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+SYSTEMS = ("raw", "graph", "ours", "ours-graph", "lightning")
+GRAPH_SYSTEMS = ("graph", "ours-graph")
 WARM = 10  # steady-state timing starts at this step (after a device sync) and ends after the last
 Batch = tuple[torch.Tensor, torch.Tensor]
 Work = tuple[Callable[[], nn.Module], list[Batch], Callable[..., torch.Tensor], str, float]
@@ -107,6 +119,14 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+@dataclass
+class Timing:
+    whole: float  # seconds, the whole run
+    steady: float  # seconds, from step WARM to the end
+    peak: int = 0  # bytes: the most GPU memory allocated during the run
+    note: str = ""  # what the run said about itself (the captured fit's summary)
+
+
 def run_raw(name: str, typical: bool) -> tuple[float, float]:
     """The hand-written loop: (whole run, steady part) in seconds."""
     build, batches, loss_fn, precision, lr = WORK[name]
@@ -149,8 +169,8 @@ def framework(kind: str) -> tuple[Any, type, type]:
     return lfw, lfw.LightningModule, lfw.Callback
 
 
-def run_framework(kind: str, name: str, typical: bool, **extra: Any) -> tuple[float, float]:
-    """The same steps through a Trainer: (whole fit, steady part) in seconds."""
+def run_framework(kind: str, name: str, typical: bool, **extra: Any) -> tuple[float, float, str]:
+    """The same steps through a Trainer: (whole fit, steady part) in seconds, and the cuda_graph summary line."""
     build, batches, loss_fn, precision, lr = WORK[name]
     fw, module_base, callback_base = framework(kind)
 
@@ -199,60 +219,116 @@ def run_framework(kind: str, name: str, typical: bool, **extra: Any) -> tuple[fl
     kw.update(extra)
     loader = torch.utils.data.DataLoader(Batches(batches), batch_size=None)
     # The bar draws (its cost is part of the step) but off the log.
-    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(io.StringIO()):
+    printed = io.StringIO()
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(printed):
         sync()
         start = time.perf_counter()
         fw.Trainer(**kw).fit(model, loader)
         sync()
-        return time.perf_counter() - start, clock.t1 - clock.t0
+        whole = time.perf_counter() - start
+    said = [line for line in printed.getvalue().splitlines() if line.startswith("steadytrain: cuda_graph:")]
+    return whole, clock.t1 - clock.t0, " ".join(said)
 
 
-def run(system: str, name: str, typical: bool) -> tuple[float, float]:
-    return run_raw(name, typical) if system == "raw" else run_framework(system, name, typical)
+def run_hand_graph(name: str) -> tuple[float, float]:
+    """The hand-written whole-step graph (``benchmarks/raw_graph.py``) on the raw loop's data and optimizer."""
+    build, batches, loss_fn, precision, lr = WORK[name]
+    torch.manual_seed(0)
+    model = build().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=True)
+    dtype = {"bf16-mixed": torch.bfloat16}.get(precision)
+    loader = torch.utils.data.DataLoader(Batches(batches), batch_size=None)
+    return graph_loop(model, opt, loader, loss_fn, dtype, WARM)
 
 
-def systems() -> list[str]:
+def run(system: str, name: str, typical: bool) -> Timing | None:
+    """One run of ``system``; None where it cannot run (a CUDA graph without CUDA, or with 16-mixed)."""
+    if system in GRAPH_SYSTEMS and (DEV != "cuda" or WORK[name][3] == "16-mixed"):
+        return None
+    if DEV == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    note = ""
+    if system == "raw":
+        whole, steady = run_raw(name, typical)
+    elif system == "graph":
+        whole, steady = run_hand_graph(name)
+    else:
+        extra = {"cuda_graph": True} if system == "ours-graph" else {}
+        whole, steady, note = run_framework("lightning" if system == "lightning" else "ours", name, typical, **extra)
+    peak = torch.cuda.max_memory_allocated() if DEV == "cuda" else 0
+    return Timing(whole, steady, peak, note)
+
+
+def systems(wanted: list[str] | None = None) -> list[str]:
+    """The systems to time, raw first; Lightning only where it is installed."""
+    names = [s for s in SYSTEMS if wanted is None or s in wanted or s == "raw"]
     try:
         import lightning.pytorch  # noqa: F401
     except ImportError:
-        return ["raw", "ours"]
-    return ["raw", "ours", "lightning"]
+        names = [s for s in names if s != "lightning"]
+    return names
 
 
 def time_case(case: tuple[str, bool], names: list[str], rounds: int, warm_up: bool) -> dict[str, list[float]]:
-    """Each system's (whole fit, steady part) for one case over rotated rounds; prints the case's rows."""
+    """Each system's timings for one case over rotated rounds; prints the case's rows."""
     for system in names if warm_up else []:  # warm-up: kernels, cuDNN autotuning, the allocator, imports
         run(system, *case)
-    times: dict[str, list[tuple[float, float]]] = {s: [] for s in names}
+    times: dict[str, list[Timing | None]] = {s: [] for s in names}
     for r in range(rounds):
         for system in names[r % len(names) :] + names[: r % len(names)]:
             times[system].append(run(system, *case))
     steady: dict[str, list[float]] = {}
-    for k, what in ((1, "steady"), (0, "whole")):
-        steps = len(WORK[case[0]][1]) - (WARM if k else 0)
-        raw = [t[k] for t in times["raw"]]
-        row = [f"{case[0] + ('/typical' if case[1] else '/bare'):18s} {what:6s} steps={steps:5d} "]
-        row.append(f"raw {statistics.median(raw) / steps * 1e3:8.3f} ms")
-        for system in names[1:]:
-            mine = [t[k] for t in times[system]]
-            ratios = [x / y for x, y in zip(mine, raw)]
-            if k:
-                steady[system] = ratios
-            row.append(f"{system} {statistics.median(mine) / steps * 1e3:8.3f} ms ({statistics.median(ratios):.3f}x)")
+    for steady_part in (True, False):
+        steps = len(WORK[case[0]][1]) - (WARM if steady_part else 0)
+        row, ratios = time_row(case, names, times, steady_part, steps)
+        steady.update(ratios if steady_part else {})
         print("  ".join(row), flush=True)
+    notes = {t.note for t in times.get("ours-graph", []) if t is not None and t.note}
+    for note in sorted(notes):
+        print(f"   ours-graph said: {note}", flush=True)
     return steady
 
 
-def time_cases(cases: list[tuple[str, bool]], rounds: int, warm_up: bool = True) -> None:
+def time_row(
+    case: tuple[str, bool], names: list[str], times: dict[str, list[Timing | None]], steady_part: bool, steps: int
+) -> tuple[list[str], dict[str, list[float]]]:
+    """One printed row (steady or whole) and each system's per-round ratios to raw (and ours-graph's to graph)."""
+
+    def seconds(t: Timing) -> float:
+        return t.steady if steady_part else t.whole
+
+    ran = {s: [t for t in times[s] if t is not None] for s in names}
+    raw = ran["raw"]
+    what = "steady" if steady_part else "whole"
+    row = [f"{case[0] + ('/typical' if case[1] else '/bare'):18s} {what:6s} steps={steps:5d} "]
+    row.append(f"raw {statistics.median(seconds(t) for t in raw) / steps * 1e3:8.3f} ms")
+    ratios: dict[str, list[float]] = {}
+    for system in names[1:]:
+        mine = ran[system]
+        if len(mine) != len(raw):
+            row.append(f"{system} n/a")
+            continue
+        ratios[system] = [seconds(x) / seconds(y) for x, y in zip(mine, raw)]
+        notes = [f"{statistics.median(ratios[system]):.3f}x"]
+        if system == "ours-graph" and len(ran.get("graph", [])) == len(mine):
+            ratios["ours-graph/graph"] = [seconds(x) / seconds(y) for x, y in zip(mine, ran["graph"])]
+            notes.append(f"{statistics.median(ratios['ours-graph/graph']):.3f}x graph")
+        if DEV == "cuda":  # the most memory it allocated beyond what the raw loop did
+            notes.append(f"+{(max(t.peak for t in mine) - max(t.peak for t in raw)) / 2**20:.0f} MiB")
+        row.append(f"{system} {statistics.median(seconds(t) for t in mine) / steps * 1e3:8.3f} ms ({', '.join(notes)})")
+    return row, ratios
+
+
+def time_cases(cases: list[tuple[str, bool]], names: list[str], rounds: int, warm_up: bool = True) -> None:
     """Prints each case as it finishes (a run cut short by a time limit keeps what it measured)."""
-    names = systems()
     print(f"-- per-step time, median of {rounds} rounds; ratio = median of per-round ratios to raw", flush=True)
-    summary: dict[str, list[str]] = {s: [] for s in names[1:]}
+    summary: dict[str, list[str]] = {}
     for case in cases:
         for system, ratios in time_case(case, names, rounds, warm_up).items():
-            summary[system].append(f"{case[0]}{'/t' if case[1] else ''} {statistics.median(ratios):.3f}")
+            summary.setdefault(system, []).append(f"{case[0]}{'/t' if case[1] else ''} {statistics.median(ratios):.3f}")
     for system, parts in summary.items():
-        print(f"= {system}/raw steady: " + ", ".join(parts), flush=True)
+        against = "" if "/" in system else "/raw"
+        print(f"= {system}{against} steady: " + ", ".join(parts), flush=True)
 
 
 def sync_sites(system: str, name: str, typical: bool, **extra: Any) -> None:
@@ -266,7 +342,10 @@ def sync_sites(system: str, name: str, typical: bool, **extra: Any) -> None:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            run_raw(name, typical) if system == "raw" else run_framework(system, name, typical, **extra)
+            if system == "raw":
+                run_raw(name, typical)
+            else:
+                run_framework(system, name, typical, **extra)
         finally:
             torch.cuda.set_sync_debug_mode(0)
     for w in caught:
@@ -285,6 +364,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, small inputs")
     parser.add_argument("--only", nargs="*", help="workloads to run (tiny, medium, unet-bf16, unet-fp16)")
     parser.add_argument("--syncs", action="store_true", help="list synchronization sites instead of timing")
+    parser.add_argument("--systems", nargs="*", choices=SYSTEMS, help="systems to time (raw always runs)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     systems()  # imports Lightning, which sets its loggers' levels: quiet its banners after that
@@ -296,11 +376,11 @@ def main() -> None:
     print(f"device: {device}  torch {torch.__version__}", flush=True)
     if args.syncs:  # the medium MLP in bf16 (bare, typical) and in fp16, whose GradScaler.step reads a flag
         for name, typical in (("medium", False), ("medium", True), ("medium-fp16", False)):
-            for system in systems():
+            for system in systems(["ours", "lightning"]):
                 sync_sites(system, name, typical)
         sync_sites("ours", "medium", False, on_nonfinite_loss="off")
         return
-    time_cases(cases, args.rounds, warm_up=not args.quick)
+    time_cases(cases, systems(args.systems), args.rounds, warm_up=not args.quick)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("the user's code", ["trainer.module", "trainer.datamodule"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
     ("callbacks", ["trainer.callbacks"]),
+    ("the captured step (cuda_graph=True)", ["trainer.graphs"]),
     ("loops", ["trainer.loops"]),
     ("the Trainer", ["trainer.trainer"]),
     ("around a Trainer: the Tuner, Lightning's utilities", ["trainer.tuner", "trainer.utilities"]),

@@ -5,6 +5,8 @@ error. ``tests/test_cuda.py`` checks the same on a real GPU (no synchronization,
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +183,23 @@ def test_out_of_memory_says_where_with_what_batch_and_leaves_checkpoints(tmp_pat
     assert "Tried to allocate 20.00 GiB" in message  # torch's own words are kept
     saved = {path.name: torch.load(path, weights_only=False)["global_step"] for path in (tmp_path / "ckpt").glob("*")}
     assert saved == {"epoch=0-step=1.ckpt": 1, "epoch=0-step=2.ckpt": 2, "epoch=0-step=3.ckpt": 3, "last.ckpt": 3}
+
+
+# ---- the GPU benchmark's smoke run ------------------------------------------------------------------------
+def test_the_gpu_benchmark_smoke_run_prints_its_rows_on_any_machine() -> None:
+    """``benchmarks/gpu_step.py --quick`` runs where there is no GPU (the graph rows are n/a there)."""
+    root = Path(__file__).resolve().parents[1]
+    args = ["--quick", "--rounds", "1", "--only", "tiny", "--systems", "graph", "ours", "ours-graph"]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "gpu_step.py"), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("tiny/")]
+    assert len(rows) == 4 and all(" raw " in row and " ours " in row for row in rows), out.stdout
+    if not torch.cuda.is_available():
+        assert all("graph n/a" in row and "ours-graph n/a" in row for row in rows), out.stdout
+    assert "= ours/raw steady: tiny " in out.stdout

@@ -40,6 +40,7 @@ from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
     from trainer.checkpoint.restore import Restore
+    from trainer.graphs.captured import CapturedStep
     from trainer.module import Module
     from trainer.view import TrainerView
 
@@ -52,6 +53,7 @@ class FitLoop:
         self.progress = Progress()
         self.optimization: Optimization | None = None
         self.step: TrainingStep | None = None
+        self.captured: CapturedStep | None = None  # the step as a CUDA graph (Trainer(cuda_graph=True))
         self.validation = FitValidation(trainer, self.progress, self._can_stop)
         self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
         self.stop = StopSignal(trainer)
@@ -90,6 +92,8 @@ class FitLoop:
                 self._run_epochs()
                 assert self.step is not None
                 self.step.check_nonfinite()  # fit's end: a deferred non-finite loss surfaces here at the latest
+                if self.captured is not None:  # its graphs go; rank zero says what ran each batch
+                    self.captured.close()
                 if self.stop.received is not None:
                     self.stop.save_and_exit(self.progress)
             hooks.call(trainer, "on_train_end")
@@ -128,6 +132,11 @@ class FitLoop:
         check_optimizers(module, optimizers)
         self.optimization = Optimization(trainer, optimizers, schedulers)
         self.step = TrainingStep(trainer, self.progress, self.optimization)
+        self.captured = None
+        if trainer.cuda_graph:  # before the optimizer states load: they load into the capturable optimizer
+            from trainer.graphs.captured import capture_step
+
+            self.captured = capture_step(trainer, self.step)
         self.data.draw_data_seed()
         if restore is not None:
             restore.load(Phase.LOOP)
@@ -212,7 +221,7 @@ class FitLoop:
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
         self.step.start_epoch(self.num_training_batches)
-        calls = BatchCalls(trainer, self.step, self._after_batch_work_possible())
+        calls = BatchCalls(trainer, self.step, self._after_batch_work_possible(), self.captured)
         batches = self._batches(loader, data_skip, skip)
         if skip:  # what was due after the checkpoint's batch and had not run, at the RNG state it had then
             self._after_batch(skip - 1)
@@ -392,6 +401,8 @@ class FitLoop:
         restore_window_grads(trainer, ranks, mine, same)
 
     def release(self) -> None:
-        """After the run: the graph head kept between steps is only worth keeping between steps."""
+        """After the run: the graph head kept between steps is only worth keeping between steps; graphs go."""
         if self.step is not None and self.step.step_loss is not None:
             self.step.step_loss = self.step.step_loss.detach()
+        if self.captured is not None:
+            self.captured.release()

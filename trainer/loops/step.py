@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.loops.hooks as hooks
-from trainer.loops.hooks import overrides
 from trainer.loops.nonfinite import NonfiniteLosses, check_loss
 from trainer.module import Module
+from trainer.overrides import overrides
 from trainer.precision import Precision
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ import trainer.loops.hooks as hooks
 from trainer.data.device import transfer
 
 if TYPE_CHECKING:
+    from trainer.graphs.captured import CapturedStep
     from trainer.loops.step import TrainingStep
     from trainer.view import TrainerView
 
@@ -22,14 +23,18 @@ class BatchCalls:
     """What a training batch calls and reads, looked up once per epoch; nothing for what cannot happen
     (no loggers to flush, no validation or plateau scheduler that could fall due)."""
 
-    def __init__(self, trainer: TrainerView, step: TrainingStep, after_batch_work: bool) -> None:
+    def __init__(
+        self, trainer: TrainerView, step: TrainingStep, after_batch_work: bool, captured: CapturedStep | None = None
+    ) -> None:
         self.to_device = transfer(trainer)
+        if captured is not None and self.to_device == trainer.strategy.batch_mover():  # the plain transfer:
+            self.to_device = captured.mover(self.to_device)  # from the loader straight into the graph's inputs
         self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
         self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
         self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None
         self.after_batch_work = after_batch_work  # a validation or a plateau scheduler can fall due after a batch
         self.automatic = step.automatic
-        self.step = step.batch_step()
+        self.step = step.batch_step() if captured is None else captured.batch_step()
         if trainer.profiler is not None:
             self.step = trainer.profiler.timed("run_training_batch", self.step)
             if self.to_device is not None:
