@@ -501,3 +501,25 @@ def test_tensorboard_resume_purges_the_crashed_tail(tmp_path: Path) -> None:
     resumed.finalize("success")
     assert resumed.log_dir == first.log_dir
     assert [(e.step, e.value) for e in _events(first.log_dir).Scalars("loss")] == [(s, float(s)) for s in range(4)]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the writer thread's own
+def test_tensorboard_full_disk_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's thread re-raises its error on every call: the first names the run folder and the free
+    space, and ``finalize`` (run while the job unwinds) does not fail on it again."""
+    pytest.importorskip("tensorboard")
+    record_writer = pytest.importorskip("tensorboard.summary.writer.record_writer")
+    logger = TensorBoardLogger(save_dir=str(tmp_path))
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.flush()  # the writer is open now; every later write fails as on a full disk
+
+    def full(self: Any, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full)
+    logger.log_metrics({"loss": 2.0}, step=1)
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        logger.state_dict()  # a checkpoint forces the event to disk
+    assert logger.log_dir in str(raised.value) and "MiB free there" in str(raised.value)
+    logger.log_metrics({"loss": 3.0}, step=2)
+    logger.finalize("failed")  # nothing raised: the error was reported once

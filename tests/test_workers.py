@@ -194,3 +194,32 @@ def test_sigterm_mid_epoch_with_workers_saves_exits_and_resumes_exactly(
     got = torch.load(out / "final-rank0.pt", weights_only=True)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert_no_leftovers(str(out))
+
+
+class _Worker:
+    def __init__(self, pid: int, exitcode: int | None) -> None:
+        self.pid, self.exitcode = pid, exitcode
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+
+class _HandOffFails:
+    """torch's multi-process iterator as it is when a worker dies while passing a tensor's descriptor."""
+
+    def __init__(self, workers: list[_Worker]) -> None:
+        self._workers = workers
+
+    def __next__(self) -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+
+def test_a_worker_killed_mid_hand_off_is_named() -> None:
+    from trainer.signals import NamesDeadWorkers
+
+    batches = NamesDeadWorkers(_HandOffFails([_Worker(11, None), _Worker(12, -signal.SIGKILL)]))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid\(s\) 12, killed by SIGKILL\) exited unexpectedly"):
+        next(batches)
+    alive = NamesDeadWorkers(_HandOffFails([_Worker(11, None)]), grace=0.05)  # type: ignore[arg-type]
+    with pytest.raises(ConnectionResetError):  # no worker died: the error is not the loader's to rename
+        next(alive)

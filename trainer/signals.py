@@ -67,10 +67,56 @@ def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
     loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
     try:
-        return iter(loader)
+        return NamesDeadWorkers(iter(loader))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         loader.worker_init_fn = user_init  # type: ignore[attr-defined]
+
+
+class NamesDeadWorkers:
+    """A multi-process loader's iterator whose error names the worker that died handing over a batch.
+
+    A worker killed while the main process takes a tensor from it (the tensor's file descriptor is
+    passed over a socket) surfaces as a bare ``ConnectionResetError`` or ``EOFError``: torch checks
+    its workers at once and, the dying one not reaped yet, finds them all alive. Here they are checked
+    again for up to ``grace`` seconds; one found dead gives torch's own message, naming its pid.
+    """
+
+    def __init__(self, iterator: Iterator[Any], grace: float = 2.0) -> None:
+        self._iterator = iterator
+        self._grace = grace
+
+    def __iter__(self) -> NamesDeadWorkers:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._iterator)
+        except (ConnectionError, EOFError) as err:
+            dead = _dead_workers(self._iterator, self._grace)
+            if not dead:
+                raise
+            raise RuntimeError(f"DataLoader worker (pid(s) {dead}) exited unexpectedly: {err!r}") from err
+
+
+def _dead_workers(iterator: Any, grace: float) -> str:
+    """The pids and exit (``killed by SIGKILL``) of ``iterator``'s workers found dead within ``grace`` s."""
+    import time
+
+    deadline = time.monotonic() + grace
+    workers = list(getattr(iterator, "_workers", ()))
+    while True:
+        dead = [w for w in workers if not w.is_alive()]
+        if dead or time.monotonic() >= deadline:
+            return ", ".join(f"{w.pid}, {_exit_text(w.exitcode)}" for w in dead)
+        time.sleep(0.02)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 # ---- a DataLoader worker -------------------------------------------------------------------------

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from trainer.loggers.base import FlushAtExit, StepBuffer, finite_values, sanitize_hparams, to_image_array
+from trainer.loggers.base import (
+    FlushAtExit,
+    StepBuffer,
+    disk_error,
+    finite_values,
+    sanitize_hparams,
+    to_image_array,
+)
 from trainer.loggers.dummy import DummyExperiment, on_global_zero
 from trainer.loggers.folder import FolderLogger, RunFolder
 
@@ -51,15 +60,18 @@ class TensorBoardLogger(FolderLogger):
         self._purge_step: int | None = None
         self._event = StepBuffer(self._write_event)  # tag -> one summary value
         self._flush_at_exit = FlushAtExit()
+        self._failed = False  # a write failed (a full disk): reported once, nothing more is written
 
     @property
     def experiment(self) -> SummaryWriter:
         """The ``SummaryWriter``, opened on first use; on the other ranks one that does nothing (Lightning's
         ``rank_zero_experiment``), so ``self.logger.experiment.add_image(...)`` in a step writes once."""
-        if not on_global_zero():
+        if not on_global_zero() or self._failed:
             return DummyExperiment()  # type: ignore[return-value]
         if self._writer is None:
-            self._writer = _tensorboard().SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step)
+            log_dir = self.log_dir  # picks the run folder, which says itself why it cannot
+            with self._disk_writes():
+                self._writer = _tensorboard().SummaryWriter(log_dir=log_dir, purge_step=self._purge_step)
             self._write_hparams()  # first in the file, as Lightning writes them at the start of fit
         return self._writer
 
@@ -90,7 +102,7 @@ class TensorBoardLogger(FolderLogger):
     def log_histogram(self, key: str, values: Any, step: int) -> None:
         """Binned now, with ``add_histogram``'s default bins; sent with the step's event."""
         values = finite_values(values)
-        if values.size:
+        if values.size and not self._failed:
             bins = self.experiment.default_bins
             self._add(step, {key: _tensorboard().summary.histogram(key, values, bins).value[0]})
 
@@ -107,7 +119,8 @@ class TensorBoardLogger(FolderLogger):
         if status == "success":
             self._write_hparams_yaml()
         if self._writer is not None:
-            self._writer.close()
+            with self._disk_writes():
+                self._writer.close()
             self._writer = None
         self._flush_at_exit.unregister()
 
@@ -131,12 +144,29 @@ class TensorBoardLogger(FolderLogger):
     def _write_event(self, step: int, values: dict[str, Any]) -> None:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        self.experiment._get_file_writer().add_summary(Summary(value=list(values.values())), step)
+        writer = self.experiment
+        if not self._failed:
+            with self._disk_writes():
+                writer._get_file_writer().add_summary(Summary(value=list(values.values())), step)
 
     def _flush_to_disk(self) -> None:
         self.flush()
         if self._writer is not None:
-            self._writer.flush()
+            with self._disk_writes():
+                self._writer.flush()
+
+    @contextlib.contextmanager
+    def _disk_writes(self) -> Iterator[None]:
+        """An ``OSError`` from the writer or its thread, reported once with the folder and the free space.
+
+        The writer's thread re-raises its error on every later call, so the writer is dropped unclosed
+        and nothing more is written: ``finalize`` and the exit hook do not fail on it again.
+        """
+        try:
+            yield
+        except OSError as err:
+            self._failed, self._writer, self._event.values = True, None, {}
+            raise OSError(err.errno, disk_error(os.path.join(self.log_dir, "events.out.tfevents.*"), err)) from err
 
     def _write_hparams(self) -> None:
         """As Lightning writes them: ``hp_metric`` -1 and the HParams plugin's summaries at step 0 (shown in
@@ -146,10 +176,14 @@ class TensorBoardLogger(FolderLogger):
             return
         summary = _tensorboard().summary
         self._yaml_hparams.update(params)
-        writer = self.experiment._get_file_writer()
-        writer.add_summary(summary.scalar("hp_metric", -1.0), 0)
-        for part in summary.hparams(_flat_hparams(params), {"hp_metric": -1}):
-            writer.add_summary(part, 0)
+        experiment = self.experiment
+        if self._failed:
+            return
+        with self._disk_writes():
+            writer = experiment._get_file_writer()
+            writer.add_summary(summary.scalar("hp_metric", -1.0), 0)
+            for part in summary.hparams(_flat_hparams(params), {"hp_metric": -1}):
+                writer.add_summary(part, 0)
 
     def _write_hparams_yaml(self) -> None:
         """``hparams.yaml`` in a run folder that exists (empty when none were logged), as Lightning's; a run
