@@ -311,15 +311,21 @@ def test_dp_does_not_need_ddp() -> None:
 
 
 # ---- the Trainer's attributes: trainer.py sets them, these others read them -----------------------------
-# Who else may set one, and why. (tuner/state.py's ``isolated`` sets flags, limits and loggers for a tuning
-# run and puts them back: the Tuner's own pass at issue 29 gives that one owner.)
+# Who else may set one, and why. (``ckpt_path`` and ``state`` are not here: ``trainer.state``'s own methods
+# change it, and ``ckpt_path`` is read from it.)
+_TUNER = ("trainer/tuner/state.py",)  # Lightning's tuner overrides these for its runs and puts them back
 TRAINER_WRITERS: dict[str, tuple[str, ...]] = {
     "should_stop": ("trainer/",),  # Lightning's: a callback or the module asks the fit to stop
-    "ckpt_path": ("trainer/loops/",),  # each stage records the checkpoint it loaded
     "accumulate_grad_batches": ("trainer/callbacks/gradient_accumulation.py",),  # Lightning's scheduler sets it
-    "config": ("trainer/cli/core.py",),  # the resolved CLI config, for checkpoints and loggers
+    # The resolved CLI config, for checkpoints and loggers: known only once the Trainer is built (it is the dump
+    # of what built it), and as a Trainer argument it would be a --trainer.config flag no Lightning user knows.
+    "config": ("trainer/cli/core.py",),
+    "max_steps": _TUNER,
+    "limits": _TUNER,  # Lightning's limit_<stage>_batches
+    "loggers": _TUNER,  # in place: the metric log holds the same list
+    "num_sanity_val_steps": _TUNER,  # 0: Lightning's tuner runs its fit loop without the sanity check
 }
-TRAINER_WRITERS_ANYTHING = ("trainer/trainer.py", "trainer/tuner/state.py")
+TRAINER_WRITERS_ANYTHING = ("trainer/trainer.py",)
 
 
 def _is_a_trainer(node: ast.expr) -> bool:
@@ -476,3 +482,122 @@ def f(trainer, progress, opt, precision):
     assert progress_writes("scheduler.last_epoch = 3\nself.epoch = 1\nself.progress = Progress()") == []
     assert optimizer_step_sites(planted, "x.py") == {"x.py:f"}
     assert optimizer_step_sites("def g(module):\n    module.optimizer_step(0, 0, opt)", "y.py") == set()
+
+
+# ---- what the Trainer is doing, and what was logged: each written by its owner's methods ----------------------
+STATE_FIELDS = {"fn", "stage", "ckpt_path"}
+
+
+def state_writes(source: str) -> list[str]:
+    """Where ``source`` writes a ``TrainerState`` field (through a name that says state: ``trainer.state.stage``), or
+    ``setattr`` on a state."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in _unpacked(targets):
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in STATE_FIELDS
+                    and "state" in ast.unparse(target.value).lower()
+                ):
+                    found.append(f"line {node.lineno}: {ast.unparse(target)}")
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "setattr"
+            and node.args
+            and ast.unparse(node.args[0]).lower().endswith("state")
+        ):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_trainer_state_is_written_only_by_its_own_methods() -> None:
+    """``stage``, ``fn`` and ``ckpt_path`` change only in ``TrainerState``'s methods (``loops/trainer_state.py``),
+    which the lifecycle, the fit's validation and the stages that load a checkpoint call; the Trainer makes its
+    one ``TrainerState`` once and never replaces it."""
+    owner = PACKAGE / "loops" / "trainer_state.py"
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path != owner:
+            problems += [f"{path.relative_to(PACKAGE.parent)} {w}" for w in state_writes(path.read_text())]
+    assert problems == []
+    trainer_py = ast.parse((PACKAGE / "trainer.py").read_text())
+    made = [
+        n for n in ast.walk(trainer_py) if isinstance(n, ast.Assign) and "self.state" in map(ast.unparse, n.targets)
+    ]
+    assert len(made) == 1
+
+
+METRIC_LOG_FIELDS = {"callback_metrics", "logged_metrics", "progress_bar_keys", "results"}
+MUTATORS = {"update", "clear", "pop", "popitem", "setdefault", "add", "discard", "remove", "__setitem__"}
+RESULTS_BATCH_WRITERS = ("trainer/loops/fit.py", "trainer/loops/evaluation.py")  # the per-batch fast path
+METRIC_LOG_WRITERS = {  # who else may change a MetricLog field, and why
+    "trainer/callbacks/lr_monitor.py": "Lightning's LearningRateMonitor adds its rates to trainer.callback_metrics",
+}
+
+
+def metric_log_writes(source: str, results_fields: set[str]) -> list[tuple[str, int]]:
+    """``(field, line)`` for each write ``source`` makes into a MetricLog (``metric_log.results = ...``,
+    ``x.callback_metrics[k] = ...``, ``x.callback_metrics.update(...)``) or a Results field (through a name that
+    says results: ``results.epoch_end = True``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in _unpacked(targets):
+                inner = target.value if isinstance(target, ast.Subscript) else target
+                if not isinstance(inner, ast.Attribute):
+                    continue
+                owner = ast.unparse(inner.value)
+                into_log = inner.attr in METRIC_LOG_FIELDS and (
+                    "metric_log" in owner or isinstance(target, ast.Subscript)
+                )
+                if into_log or (inner.attr in results_fields and owner.lower().endswith("results")):
+                    found.append((inner.attr, node.lineno))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            changed = node.func.value
+            if isinstance(changed, ast.Attribute) and changed.attr in METRIC_LOG_FIELDS - {"results"}:
+                found.append((changed.attr, node.lineno))
+    return found
+
+
+def test_logged_values_are_written_by_the_metric_log() -> None:
+    """``callback_metrics``, ``logged_metrics``, the progress bar's names and the collection ``self.log`` writes
+    into change in ``metric_log.py`` and ``results.py`` alone (the loops call their methods: ``start``, ``step_end``,
+    ``use_loader``, ``start_epoch_end``, ...), but for the listed writers and ``Results.batch``, which the loops set
+    per batch by a plain store (a method call there would cost every step)."""
+    from dataclasses import fields
+
+    from trainer.results import Results
+
+    results_fields = {f.name for f in fields(Results)} - {"_lock"}
+    owners = {PACKAGE / "metric_log.py", PACKAGE / "results.py"}
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE.parent).as_posix()
+        if path in owners or where in METRIC_LOG_WRITERS:
+            continue
+        for field, line in metric_log_writes(path.read_text(), results_fields):
+            if not (field == "batch" and where in RESULTS_BATCH_WRITERS):
+                problems.append(f"{where}:{line} writes {field}")
+    assert problems == []
+
+
+def test_the_owner_checks_find_a_second_writer() -> None:
+    planted = """
+trainer.state.stage = "validate"
+self.trainer.state.fn, x = None, 1
+setattr(trainer.state, "ckpt_path", "a.ckpt")
+trainer.metric_log.results = None
+trainer.callback_metrics["loss"] = t
+trainer.metric_log.callback_metrics.update(values)
+results.epoch_end = True
+trainer.metric_log.results.dataloader_idx = 0
+self.stage = "test"
+state = None
+x = trainer.metric_log.results.batch
+"""
+    assert sorted(int(w.split(":")[0].removeprefix("line ")) for w in state_writes(planted)) == [2, 3, 4]
+    found = metric_log_writes(planted, {"epoch_end", "dataloader_idx", "batch"})
+    assert sorted(line for _, line in found) == [5, 6, 7, 8, 9]

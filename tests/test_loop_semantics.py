@@ -171,6 +171,34 @@ def test_evaluating_after_fit_without_a_model_uses_the_best_checkpoint_as_lightn
     assert best == pytest.approx(fit.checkpoint_callback.best_model_score.item()) and best < zeros
 
 
+def test_a_checkpoint_set_on_the_trainer_is_loaded_by_the_stages_that_follow(tmp_path: Path) -> None:
+    """Lightning's ``trainer.ckpt_path = path``: each later stage given no ckpt_path loads it; one given
+    another loads that one, with Lightning's warning, and the choice is dropped."""
+    module = Regressor()
+    fit = quiet(tmp_path, max_epochs=1)
+    fit.fit(module, loader(regression_data()))
+    trained = tmp_path / "trained.ckpt"
+    fit.save_checkpoint(trained)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.zero_()
+    zeros = tmp_path / "zeros.ckpt"
+    fit.save_checkpoint(zeros)
+
+    fit.ckpt_path = trained
+    assert fit.ckpt_path == str(trained)
+    first = fit.validate(module, loader(regression_data()), verbose=False)[0]["val_loss"]
+    with torch.no_grad():
+        for p in module.parameters():
+            p.zero_()
+    again = fit.validate(module, loader(regression_data()), verbose=False)[0]["val_loss"]
+    assert fit.ckpt_path == str(trained) and first == again
+    with pytest.warns(UserWarning, match=r"trainer.ckpt_path = .*trained.ckpt.* The latter will be loaded"):
+        from_zeros = fit.validate(module, loader(regression_data()), ckpt_path=zeros, verbose=False)[0]["val_loss"]
+    assert fit.ckpt_path == str(zeros) and from_zeros != first
+    assert fit.validate(module, loader(regression_data()), verbose=False)[0]["val_loss"] == from_zeros  # dropped
+
+
 def test_without_a_best_checkpoint_the_weights_as_they_are_are_evaluated(tmp_path: Path) -> None:
     module = Regressor()
     fit = quiet(tmp_path, max_epochs=1)  # no ModelCheckpoint: Lightning raises, we evaluate what fit left

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 NONFINITE = ("raise", "skip", "off")
 DATA_CHANGE = ("raise", "restart_epoch")
 CLIP = ("norm", "value")
-
-
-@dataclass
-class TrainerState:
-    """What the Trainer is doing: ``fn`` ("fit", "validate", "test", "predict") and, inside it, the
-    running ``stage`` ("train", "sanity_check", "validate", "test", "predict"); None when idle."""
-
-    fn: str | None = None
-    stage: str | None = None
 
 
 def check_limit(name: str, value: int | float | None) -> None:

@@ -7,7 +7,7 @@ or an epoch ends, and it reduces, publishes and (on global rank zero) writes to 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,26 @@ class MetricLog:
         ``test`` hold what the test logged, never what fit left."""
         self.callback_metrics, self.logged_metrics, self.progress_bar_keys = {}, {}, set()
         self._unwritten = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Copies of what the run has logged so far (the Tuner puts them back after its runs)."""
+        return {
+            "callback_metrics": dict(self.callback_metrics),
+            "logged_metrics": dict(self.logged_metrics),
+            "progress_bar_keys": set(self.progress_bar_keys),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back a ``state_dict``, in place: a ``trainer.callback_metrics`` read before still shows it."""
+        self.callback_metrics.clear()
+        self.callback_metrics.update(state["callback_metrics"])
+        self.logged_metrics.clear()
+        self.logged_metrics.update(state["logged_metrics"])
+        self.progress_bar_keys = set(state["progress_bar_keys"])
+
+    def load_callback_metrics(self, values: dict[str, torch.Tensor]) -> None:
+        """A resumed fit's ``callback_metrics``, as its checkpoint recorded them."""
+        self.callback_metrics.update(values)
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:

@@ -97,9 +97,19 @@ class Results:
     no_logger: set[str] = field(default_factory=set)
     step_only_metrics: dict[str, Any] = field(default_factory=dict)  # Metrics to reset at the epoch end
     forks: dict[str, str] = field(default_factory=dict)  # name_step / name_epoch -> name
+    # The batch being run, whose size weighs epoch means. The fit and evaluation loops set it per batch (and None
+    # after it) by a plain store, on purpose: the one field written from outside, a method call per batch costs more.
     batch: Any = None
     epoch_end: bool = False  # logging from on_train_epoch_end: defaults to on_epoch
     _lock: threading.Lock = field(default_factory=threading.Lock)  # DP replicas log from threads
+
+    def use_loader(self, idx: int | None) -> None:
+        """The evaluation loader that runs now; None in the epoch-level hooks, which log for every loader."""
+        self.dataloader_idx = idx
+
+    def start_epoch_end(self) -> None:
+        """``on_train_epoch_end`` runs: what it logs defaults to ``on_epoch``, as in Lightning."""
+        self.epoch_end = True
 
     def log(
         self,

@@ -25,6 +25,7 @@ from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
+from trainer.loops.trainer_state import TrainerState
 from trainer.metric_log import MetricLog
 from trainer.precision import Precision, build_precision
 from trainer.profilers import Profiler, build_profiler
@@ -183,7 +184,6 @@ class Trainer:
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
         self.default_root_dir = os.fspath(default_root_dir)  # a str, as Lightning's
-        self.ckpt_path: str | None = None  # the checkpoint the last fit/validate/test/predict loaded, as Lightning's
         self.on_nonfinite_loss = on_nonfinite_loss
         self.on_data_change = on_data_change
         self.use_distributed_sampler = use_distributed_sampler
@@ -200,7 +200,7 @@ class Trainer:
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
         )
         self.should_stop = False  # callbacks and modules may set it
-        self.state = flags.TrainerState()
+        self.state = TrainerState()  # what runs now and what it loaded: changed only through its methods
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
         self.metric_log = MetricLog(self.strategy, self.loggers)
         self.fit_loop: FitLoop = FitLoop(self)
@@ -227,6 +227,16 @@ class Trainer:
     def batches_done(self) -> int:
         """Training batches finished in the current epoch."""
         return self.fit_loop.progress.batches_done
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """What the last fit/validate/test/predict loaded (None: nothing), or the one set here, as Lightning's."""
+        return self.state.ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | os.PathLike[str] | None) -> None:
+        """Lightning's: the stages that follow load ``path`` when called without ``ckpt_path``."""
+        self.state.choose(path)
 
     @property
     def sanity_checking(self) -> bool:
@@ -403,7 +413,7 @@ class Trainer:
         self._module = module
         self._datamodule = datamodule
         self.should_stop = False
-        self.state = flags.TrainerState(fn, {"fit": "train"}.get(fn, fn))
+        self.state.start(fn)
 
     def release(self) -> None:
         """A stage ended: drop what it no longer needs (graph heads, DataLoader worker processes)."""
@@ -412,7 +422,7 @@ class Trainer:
         self.fit_loop.release()
         shut_down_workers([self.fit_loop.train_dataloader, *self.fit_loop.val_loop.loaders])
         shut_down_workers([*self.validate_loop.loaders, *self.test_loop.loaders, *self.predict_loop.loaders])
-        self.state = flags.TrainerState()
+        self.state.end()
 
     def set_callbacks(self, callbacks: list[Callback]) -> None:
         self.callbacks = checkpointing_last(callbacks)

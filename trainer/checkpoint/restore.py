@@ -107,8 +107,7 @@ class _OptimizerKinds:
 
 
 class _Data:
-    """The data position and what it depends on; ``loader_restarts``: the resumed epoch's loader starts from its
-    first batch, where Lightning's own resume of a loader without ``state_dict`` goes on."""
+    """The data position and what it depends on (the fit loop's ``data_state``)."""
 
     def __init__(self, trainer: TrainerView, source: Source) -> None:
         self.trainer, self.path = trainer, source.path
@@ -117,9 +116,7 @@ class _Data:
         return self.trainer.fit_loop.data_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        fit = self.trainer.fit_loop
-        fit.load_data_state(state, self.path)
-        fit.loader_restarts = bool(state.get("loader_restarts", False))
+        self.trainer.fit_loop.load_data_state(state, self.path)
 
 
 class _Ranks:
@@ -147,7 +144,7 @@ class _Metrics:
         return {k: v.detach().cpu() for k, v in self.trainer.callback_metrics.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.trainer.metric_log.callback_metrics.update(state)
+        self.trainer.metric_log.load_callback_metrics(state)
 
 
 class _Loggers:

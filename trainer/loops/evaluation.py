@@ -76,7 +76,7 @@ class EvaluationLoop:
                     total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
                     self._run_loader(idx, loader, total, keep_predictions, first if idx == 0 else None)
         finally:
-            trainer.metric_log.results.dataloader_idx = None  # what on_<stage>_epoch_end logs is every loader's
+            trainer.metric_log.results.use_loader(None)  # what on_<stage>_epoch_end logs is every loader's
         hooks.call(trainer, f"on_{stage}_epoch_end")
         results = trainer.metric_log.results
         metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.fit_loop.logger_step(), publish=publish)
@@ -94,7 +94,7 @@ class EvaluationLoop:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         results = trainer.metric_log.results
-        results.dataloader_idx = idx
+        results.use_loader(idx)
         several = len(self.loaders) > 1
         user_step = getattr(module, _STEP[stage])
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)

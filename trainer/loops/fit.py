@@ -16,7 +16,6 @@ import contextlib
 import functools
 import itertools
 import math
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +31,10 @@ from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import running
 from trainer.loops.optimization import Optimization
 from trainer.loops.progress import Progress
+from trainer.loops.rank_state import load_rank_state, rank_state
 from trainer.loops.step import TrainingStep, read_window
 from trainer.loops.stop_signal import StopSignal, StopVotes
 from trainer.loops.training_batch import STOP_EPOCH, BatchCalls, batch_end_outputs
-from trainer.loops.window_grads import open_window_grads, restore_window_grads
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
@@ -78,6 +77,7 @@ class FitLoop:
     def run(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         trainer = self.trainer
         self._reset()
+        ckpt_path = trainer.state.checkpoint_for("fit", ckpt_path)
         with running(trainer, module, "fit", datamodule):
             check_fit(trainer, module)
             self._setup(module, train, val, datamodule, ckpt_path)
@@ -123,8 +123,8 @@ class FitLoop:
         self.data.setup(module, train, val, datamodule, sanity_check=path is None and trainer.num_sanity_val_steps != 0)
         check_output_folders(trainer)
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
-        trainer.ckpt_path = None if restore is None else str(path)
         if restore is not None:
+            trainer.state.loaded(restore.path)
             restore.load(Phase.MODULE)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
@@ -346,7 +346,7 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         self.step.end_epoch(progress.batches_done, report=trainer.is_global_zero)
-        trainer.metric_log.results.epoch_end = True  # self.log in the hook defaults to on_epoch, as in Lightning
+        trainer.metric_log.results.start_epoch_end()  # self.log in the hook defaults to on_epoch, as in Lightning
         with progress.ending_epoch(completed):
             between = functools.partial(self._epoch_metrics, completed)
             hooks.call_epoch_end(trainer, "on_train_epoch_end", between=between)
@@ -374,31 +374,16 @@ class FitLoop:
         return self.data.data_state()
 
     def load_data_state(self, state: dict[str, Any], path: Path) -> None:
+        """The data position; ``loader_restarts``: the resumed epoch's loader starts from its first batch, where
+        Lightning's own resume of a loader without ``state_dict`` goes on."""
         self.data.load_data_state(state, path)
+        self.loader_restarts = bool(state.get("loader_restarts", False))
 
     def rank_state(self) -> dict[str, Any]:
-        """This rank's share of a checkpoint: its RNG, the epoch's RNG, an open window's gradients."""
-        window_open = self.step is not None and self.step.window.is_open_after(self.progress.batches_done)
-        return {**self.data.rank_state(), "grads": open_window_grads(self.trainer) if window_open else None}
+        return rank_state(self.trainer, self.data, self.step, self.progress)
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
-        """This rank's RNG, the epoch's RNG and an open accumulation window's gradients.
-
-        On another number of ranks: the epoch's RNG is the first old rank's (it ordered the old
-        layout, rebuilt for the rest of the epoch), each rank continues an old rank's RNG, and an open
-        window's gradients are the old ranks' mean, which is what DDP's all-reduce would have made.
-        """
-        trainer = self.trainer
-        same = saved_world_size == trainer.world_size
-        mine = ranks[trainer.global_rank] if same else ranks[min(trainer.global_rank, len(ranks) - 1)]
-        self.data.load_rank_state(mine, ranks[0], same)
-        if not same and not self.progress.batches_done:
-            warnings.warn(
-                f"resuming a {saved_world_size}-rank checkpoint on {trainer.world_size} rank(s): weights, optimizer "
-                "and position are exact; each rank's random stream continues an old rank's.",
-                stacklevel=3,
-            )
-        restore_window_grads(trainer, ranks, mine, same)
+        load_rank_state(self.trainer, self.data, self.progress, ranks, saved_world_size)
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps; graphs go."""

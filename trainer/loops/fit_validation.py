@@ -58,12 +58,8 @@ class FitValidation:
         trainer, progress = self.trainer, self.progress
         if zero_grad:
             trainer.lightning_module.on_validation_model_zero_grad()
-        trainer.state.stage = "validate"
-
-        try:  # the count before on_validation_end: a checkpoint saved there records it
+        with trainer.state.running("validate"):  # the count before on_validation_end: a checkpoint saved there has it
             self.loop.run(before_end=progress.finish_validation)
-        finally:
-            trainer.state.stage = "train"
 
     def sanity_check(self) -> None:
         """A few validation batches first, so a bug there shows before hours of training."""
@@ -71,13 +67,10 @@ class FitValidation:
         steps = trainer.num_sanity_val_steps
         if steps == 0 or not self.loop.loaders:
             return
-        trainer.state.stage = "sanity_check"
         with isolate_rng():  # Lightning isolates the sanity check's draws (and only those) from training's
-            hooks.call_callbacks(trainer, "on_sanity_check_start")
-            try:
+            with trainer.state.running("sanity_check"):
+                hooks.call_callbacks(trainer, "on_sanity_check_start")
                 self.loop.run(max_batches=None if steps < 0 else steps, publish=False)
-            finally:
-                trainer.state.stage = "train"
             hooks.call_callbacks(trainer, "on_sanity_check_end")
 
 

@@ -35,9 +35,8 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         raise TypeError(f"Trainer.{fn}() takes a trainer.Module; got {type(module).__name__}.")
     strategy = trainer.strategy
     strategy.setup_environment()
-    trainer.attach(module, datamodule, fn)
+    trainer.attach(module, datamodule, fn)  # trainer.state starts the stage: nothing loaded yet
     trainer.metric_log.reset()
-    trainer.ckpt_path = None
     status = "failed"
     try:
         _add_module_callbacks(trainer, module)

@@ -75,6 +75,7 @@ def _run_evaluation(
         raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
     if is_datamodule(dataloaders):
         datamodule, dataloaders = dataloaders, None
+    ckpt_path = trainer.state.checkpoint_for(fn, ckpt_path)
     if model is None and ckpt_path is None:
         ckpt_path = _best_of_previous_fit(trainer, fn)
     with running(trainer, module, fn, datamodule):
@@ -128,7 +129,7 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
     else:
         path = resolve_checkpoint_path(trainer, ckpt_path)
     if path is not None:
-        trainer.ckpt_path = str(path)
+        trainer.state.loaded(path)
         open_checkpoint(trainer, path, fitting=False).load(Phase.MODULE)
 
 

@@ -1,9 +1,11 @@
 """What a tuning run may change, put back afterwards; and Lightning's attribute lookup (module, hparams, datamodule).
 
-Lightning saves a temporary checkpoint and restores it; the state is kept in memory here instead: the
-module's weights, buffers, gradients and train/eval mode, the process RNGs, the precision's loss
-scale, and the Trainer's flags, callbacks, loggers, loop counters and metrics. A fit after a tuning
-run therefore equals a fit without it, but for the value tuned.
+Lightning saves a temporary checkpoint and restores it; the state is kept in memory here instead, each part
+through its owner's own ``state_dict``/``load_state_dict`` (the module, the precision, the fit loop's progress,
+the metric log) or method (``Trainer.set_callbacks``), and the process RNGs. The Trainer's settings that
+Lightning's tuner overrides for its runs and puts back (``max_steps``, ``limit_*_batches``, the loggers) are set
+here, the only writer besides the Trainer (``TRAINER_WRITERS`` in ``tests/test_architecture.py``). A fit after a
+tuning run therefore equals a fit without it, but for the value tuned.
 """
 
 from __future__ import annotations
@@ -20,31 +22,32 @@ if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.trainer import Trainer
 
-_FLAGS = ("max_steps", "max_epochs", "num_sanity_val_steps", "should_stop")
-
 
 @contextlib.contextmanager
-def isolated(trainer: Trainer, module: Module, callbacks: list[Callback], **flags: Any) -> Iterator[None]:
-    """Run the block with only ``callbacks``, no loggers and ``flags`` (Trainer attributes, or ``limits``
-    entries as ``limit_<stage>``); then restore everything the block could change."""
+def isolated(
+    trainer: Trainer,
+    module: Module,
+    callbacks: list[Callback],
+    limits: dict[str, int | float],
+    max_steps: int | None = None,
+) -> Iterator[None]:
+    """Run the block with only ``callbacks``, no loggers, no sanity check, these ``limits`` (by stage: "train",
+    "validation", ...) and ``max_steps``; then put back everything the block could change. (Lightning's tuner
+    runs its fit loop without the sanity check: ``num_sanity_val_steps=0`` here.)"""
     weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
     grads = [None if p.grad is None else p.grad.detach().clone() for p in module.parameters()]
     mode, rng = module.training, rng_state()
-    scaler = getattr(trainer.precision, "scaler", None)
-    scale = copy.deepcopy(scaler.state_dict()) if scaler is not None else None
-    saved = {name: getattr(trainer, name) for name in _FLAGS}
-    limits, given_callbacks, loggers = dict(trainer.limits), list(trainer.callbacks), list(trainer.loggers)
-    progress = trainer.fit_loop.progress.state_dict()
-    metric_log = trainer.metric_log
-    metrics = dict(metric_log.callback_metrics), dict(metric_log.logged_metrics), set(metric_log.progress_bar_keys)
+    precision = copy.deepcopy(trainer.precision.state_dict())
+    progress, metrics = trainer.fit_loop.progress.state_dict(), trainer.metric_log.state_dict()
+    flags = trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop
+    limits_given, callbacks_given, loggers = dict(trainer.limits), list(trainer.callbacks), list(trainer.loggers)
     try:
         trainer.set_callbacks(list(callbacks))
         trainer.loggers[:] = []  # in place: the metric log holds the same list
-        for name, value in flags.items():
-            if name.startswith("limit_"):
-                trainer.limits[name.removeprefix("limit_")] = value
-            else:
-                setattr(trainer, name, value)
+        trainer.limits.update(limits)
+        trainer.num_sanity_val_steps = 0
+        if max_steps is not None:
+            trainer.max_steps = max_steps
         yield
     finally:
         module.load_state_dict(weights)
@@ -52,20 +55,14 @@ def isolated(trainer: Trainer, module: Module, callbacks: list[Callback], **flag
             p.grad = grad
         module.train(mode)
         set_rng_state(rng)
-        if scaler is not None:
-            scaler.load_state_dict(scale)
-        for name, value in saved.items():
-            setattr(trainer, name, value)
+        trainer.precision.load_state_dict(precision)
+        trainer.fit_loop.progress.load_state_dict(progress)
+        trainer.metric_log.load_state_dict(metrics)
+        trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop = flags
         trainer.limits.clear()
-        trainer.limits.update(limits)
-        trainer.set_callbacks(given_callbacks)
+        trainer.limits.update(limits_given)
+        trainer.set_callbacks(callbacks_given)
         trainer.loggers[:] = loggers
-        trainer.fit_loop.progress.load_state_dict(progress)  # through its owner's own method
-        metric_log.callback_metrics.clear()
-        metric_log.callback_metrics.update(metrics[0])
-        metric_log.logged_metrics.clear()
-        metric_log.logged_metrics.update(metrics[1])
-        metric_log.progress_bar_keys = metrics[2]
 
 
 def attr_holders(module: Module, datamodule: Any, name: str) -> list[Any]:

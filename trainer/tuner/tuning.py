@@ -70,8 +70,7 @@ class Tuner:
             attr_name = _lr_attr_name(model, datamodule, attr_name)
         finder = LRFinder(mode, min_lr, max_lr, num_training)
         recorder = LRRecorder(num_training, early_stop_threshold)
-        flags = {"max_steps": num_training, "num_sanity_val_steps": 0, "limit_validation": 0}
-        with isolated(trainer, model, [recorder], **flags), _rising_lr(model, finder):
+        with isolated(trainer, model, [recorder], {"validation": 0}, max_steps=num_training), _rising_lr(model, finder):
             trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
         finder.results = trainer.strategy.broadcast({"lr": recorder.lrs, "loss": recorder.losses})
         if update_attr and (lr := finder.suggestion()) is not None:
@@ -117,11 +116,12 @@ class Tuner:
             warnings.warn("Skipping batch size scaler since `fast_dev_run` is enabled.", stacklevel=2)
             return None
         lengths = bs.DatasetLength()
-        limit = {"fit": "limit_validation", "validate": "limit_validation"}.get(method, f"limit_{method}")
-        flags: dict[str, Any] = {limit: steps_per_trial, "num_sanity_val_steps": 0}
+        stage = "validation" if method in ("fit", "validate") else method
+        limits: dict[str, int | float] = {stage: steps_per_trial}
         if method == "fit":
-            flags.update(max_steps=steps_per_trial, limit_train=1.0)
-        with isolated(trainer, model, [lengths], **flags):
+            limits["train"] = 1.0
+        max_steps = steps_per_trial if method == "fit" else None
+        with isolated(trainer, model, [lengths], limits, max_steps):
             search = bs.Search(
                 lambda: _run_trainer_method(trainer, model, method, datamodule),
                 lambda: int(get_attr(model, datamodule, batch_arg_name)),
