@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView
 
+_REMOVED_FROM_BOTH = {  # Lightning 1.x hooks of modules and callbacks alike
+    "on_epoch_start": "use on_train_epoch_start() (or on_validation_epoch_start(), ...)",
+    "on_epoch_end": "use on_train_epoch_end() (or on_validation_epoch_end(), ...)",
+    "on_batch_start": "use on_train_batch_start()",
+    "on_batch_end": "use on_train_batch_end()",
+    "on_pretrain_routine_start": "use on_fit_start()",
+    "on_pretrain_routine_end": "use on_fit_start()",
+}
 _EPOCH_END = "collect what you need in the step (e.g. a list on self) and use it in on_{}_epoch_end()"
 UNCALLED_MODULE_HOOKS = {
     "training_epoch_end": _EPOCH_END.format("train"),
@@ -22,12 +30,7 @@ UNCALLED_MODULE_HOOKS = {
     "training_step_end": "do that work at the end of training_step",
     "validation_step_end": "do that work at the end of validation_step",
     "test_step_end": "do that work at the end of test_step",
-    "on_epoch_start": "use on_train_epoch_start() (or on_validation_epoch_start(), ...)",
-    "on_epoch_end": "use on_train_epoch_end() (or on_validation_epoch_end(), ...)",
-    "on_batch_start": "use on_train_batch_start()",
-    "on_batch_end": "use on_train_batch_end()",
-    "on_pretrain_routine_start": "use on_fit_start()",
-    "on_pretrain_routine_end": "use on_fit_start()",
+    **_REMOVED_FROM_BOTH,
     "on_hpc_save": "use on_save_checkpoint()",
     "on_hpc_load": "use on_load_checkpoint()",
     "configure_sharded_model": "it is called configure_model() now",
@@ -39,12 +42,7 @@ UNCALLED_MODULE_HOOKS = {
 UNCALLED_CALLBACK_HOOKS = {
     "on_init_start": "do it in the callback's __init__",
     "on_init_end": "use setup()",
-    "on_epoch_start": "use on_train_epoch_start() (or on_validation_epoch_start(), ...)",
-    "on_epoch_end": "use on_train_epoch_end() (or on_validation_epoch_end(), ...)",
-    "on_batch_start": "use on_train_batch_start()",
-    "on_batch_end": "use on_train_batch_end()",
-    "on_pretrain_routine_start": "use on_fit_start()",
-    "on_pretrain_routine_end": "use on_fit_start()",
+    **_REMOVED_FROM_BOTH,
     "on_keyboard_interrupt": "use on_exception() and check for KeyboardInterrupt",
     "on_configure_sharded_model": "use setup()",
     "on_before_accelerator_backend_setup": "use setup()",
