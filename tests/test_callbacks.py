@@ -445,3 +445,16 @@ def test_last_ckpt_is_not_rewritten_when_the_due_epoch_saved(tmp_path: Path) -> 
     none = trainer.ModelCheckpoint(dirpath=tmp_path / "none", every_n_epochs=2, save_last=False)
     quiet(tmp_path, max_epochs=1, callbacks=[none], enable_checkpointing=True).fit(Regressor(), data(16))
     assert not (tmp_path / "none").exists()
+
+
+def test_checkpoint_paths_are_spelled_as_lightning_joins_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``default_root_dir="."``: Lightning's paths are ``os.path.join("./checkpoints", name)``, "./" kept."""
+    monkeypatch.chdir(tmp_path)
+    checkpoint = trainer.ModelCheckpoint(monitor="val_loss", save_last=True)
+    fit = quiet(".", max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint])
+    fit.fit(Regressor(), loader(regression_data()), loader(regression_data()))
+    callback = fit.checkpoint_callback
+    assert callback is not None and callback.dirpath == "./checkpoints"
+    assert callback.best_model_path == "./checkpoints/epoch=0-step=12.ckpt"
+    assert list(callback.best_k_models) == [callback.best_model_path]
+    assert callback.last_model_path == "./checkpoints/last.ckpt" and Path(callback.last_model_path).is_file()

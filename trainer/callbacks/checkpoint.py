@@ -193,7 +193,8 @@ class ModelCheckpoint(Callback):
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._saved_this_fit = True
-        self.last_model_path = trainer.strategy.broadcast(str(self._last_path()) if trainer.is_global_zero else None)
+        last = self._spelled(self._last_path()) if trainer.is_global_zero else None
+        self.last_model_path = trainer.strategy.broadcast(last)
         self._write(trainer, Path(self.last_model_path))
         if self.verbose and trainer.is_global_zero:
             self._report(trainer, Path(self.last_model_path), 0.0, kept=False)
@@ -219,10 +220,14 @@ class ModelCheckpoint(Callback):
         """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
         assert self.dirpath is not None
         ext, counter = self.FILE_EXTENSION, self.enable_version_counter
-        keep = self._should_keep(score, str(self._names.free(self.dirpath, name, ext, counter)))
+        keep = self._should_keep(score, self._spelled(self._names.free(self.dirpath, name, ext, counter)))
         path = self._names.claim(self.dirpath, name, ext, counter) if keep else Path()
         last = self._last_path() if self.save_last else Path()
-        return keep, str(path), str(last)
+        return keep, self._spelled(path), self._spelled(last)
+
+    def _spelled(self, path: Path) -> str:
+        """``path`` as Lightning spells it, ``os.path.join(dirpath, name)``: a ``Path`` drops a leading ``./``."""
+        return os.path.join(str(self.dirpath), path.name) if path.name else str(path)
 
     def _in_state(self, path: str) -> bool:
         """Named in this callback's state: written by this run, or by the run it resumed."""
