@@ -37,7 +37,7 @@ SITE = REPO_ROOT / "tests" / "lightning_parity_site"
 # Differences kept on purpose, each in docs/migration/from-lightning.md: file names only one side writes.
 DOCUMENTED_FILES = {
     # ModelCheckpoint(save_last=True) by default; profiler="simple" also writes its report to <log_dir>
-    "steadytrain": re.compile(r".*/checkpoints/last\.ckpt$|<log_dir>/\w+-profiler(-\d+)?\.txt$"),
+    "steadytrain": re.compile(r"(.*/)?checkpoints/last\.ckpt$|<log_dir>/\w+-profiler(-\d+)?\.txt$"),
     "lightning": re.compile(r"$^"),
 }
 # LightningCLI adds its own ``_instantiator`` entry to the module's hparams; steadytrain's CLI does not.
