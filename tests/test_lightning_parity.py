@@ -33,9 +33,9 @@ DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     "shared_datamodule": "its GAN, as gan's: Lightning's DDP refuses parameters unused by a loss",
     "demos_bug_report": "its BoringModel fits match; its Transformer fit (dropout, gradient_clip_val) reports other"
     " losses on 2 ranks (3.877 vs 3.972 train_loss); the cause is not found yet",
-    "random_transforms_limit": "each rank trains on Lightning's batches (same labels, same order) but the losses"
-    " differ from the first step: the augmentation draws of a dataset in the main process follow another random"
-    " stream per rank under DDP; the cause is not found yet (one device matches)",
+    "random_transforms_limit": "each rank trains on Lightning's batches (same labels, same order), but on several"
+    " ranks each sample's augmentation draws from its own seed (seed, epoch, index: trainer/data/sample_seeds.py,"
+    " documented), where Lightning's draw from each rank's stream; one device matches",
     "profiler_simple": "matches, but Lightning's second fit once reported other values under a loaded machine (1 run"
     " of 6; its side varied, ours did not); the cause is not found yet",
 }
