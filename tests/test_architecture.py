@@ -4,6 +4,7 @@ strategy runs them."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -344,20 +345,30 @@ def _unpacked(targets: list[ast.expr]) -> list[ast.expr]:
     return flat
 
 
+def _assignments(source: str) -> Iterator[tuple[ast.expr, int]]:
+    """Every target ``source`` assigns to (``a.b = ``, ``a, (b, *c) = ``, ``x += ``, ``x: T = ``), with its line."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            yield from ((target, node.lineno) for target in _unpacked(list(targets)))
+
+
+def _setattrs(source: str) -> Iterator[ast.Call]:
+    """Every ``setattr(obj, ...)`` call in ``source``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and node.args:
+            yield node
+
+
 def trainer_writes(source: str) -> list[tuple[str, int]]:
     """``(attribute, line)`` for each Trainer attribute ``source`` sets: ``trainer.x = ...``, ``trainer.x[k] = ...``
     (also as ``self.trainer`` / ``pl_module.trainer``), or ``setattr(trainer, ...)``."""
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in _unpacked(targets):
-                inner = target.value if isinstance(target, ast.Subscript) else target
-                if isinstance(inner, ast.Attribute) and _is_a_trainer(inner.value):
-                    found.append((inner.attr, node.lineno))
-        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and _is_a_trainer(node.args[0]):
-            found.append(("setattr", node.lineno))
-    return found
+    for target, line in _assignments(source):
+        inner = target.value if isinstance(target, ast.Subscript) else target
+        if isinstance(inner, ast.Attribute) and _is_a_trainer(inner.value):
+            found.append((inner.attr, line))
+    return found + [("setattr", call.lineno) for call in _setattrs(source) if _is_a_trainer(call.args[0])]
 
 
 def test_only_the_trainer_sets_its_attributes() -> None:
@@ -425,25 +436,15 @@ def progress_writes(source: str) -> list[str]:
     """Where ``source`` writes a Progress counter: an assignment to one of its fields (``epoch`` only through a
     name that says progress, as other objects have epochs), ``setattr`` on a progress, or a new ``progress``."""
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
-            for target in flat:
-                if not isinstance(target, ast.Attribute):
-                    continue
-                through_progress = "progress" in ast.unparse(target.value).lower()
-                field = target.attr in PROGRESS_FIELDS and (target.attr != "epoch" or through_progress)
-                if field or (target.attr == "progress" and ast.unparse(target.value) != "self"):
-                    found.append(f"line {node.lineno}: {ast.unparse(target)}")
-        elif (
-            isinstance(node, ast.Call)
-            and ast.unparse(node.func) == "setattr"
-            and node.args
-            and "progress" in ast.unparse(node.args[0]).lower()
-        ):
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
+    for target, line in _assignments(source):
+        if not isinstance(target, ast.Attribute):
+            continue
+        through_progress = "progress" in ast.unparse(target.value).lower()
+        field = target.attr in PROGRESS_FIELDS and (target.attr != "epoch" or through_progress)
+        if field or (target.attr == "progress" and ast.unparse(target.value) != "self"):
+            found.append(f"line {line}: {ast.unparse(target)}")
+    calls = [call for call in _setattrs(source) if "progress" in ast.unparse(call.args[0]).lower()]
+    return found + [f"line {call.lineno}: {ast.unparse(call)}" for call in calls]
 
 
 def test_progress_is_written_only_by_its_own_methods() -> None:
@@ -491,25 +492,15 @@ STATE_FIELDS = {"fn", "stage", "ckpt_path"}
 def state_writes(source: str) -> list[str]:
     """Where ``source`` writes a ``TrainerState`` field (through a name that says state: ``trainer.state.stage``), or
     ``setattr`` on a state."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in _unpacked(targets):
-                if (
-                    isinstance(target, ast.Attribute)
-                    and target.attr in STATE_FIELDS
-                    and "state" in ast.unparse(target.value).lower()
-                ):
-                    found.append(f"line {node.lineno}: {ast.unparse(target)}")
-        elif (
-            isinstance(node, ast.Call)
-            and ast.unparse(node.func) == "setattr"
-            and node.args
-            and ast.unparse(node.args[0]).lower().endswith("state")
-        ):
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
+    found = [
+        f"line {line}: {ast.unparse(target)}"
+        for target, line in _assignments(source)
+        if isinstance(target, ast.Attribute)
+        and target.attr in STATE_FIELDS
+        and "state" in ast.unparse(target.value).lower()
+    ]
+    calls = [call for call in _setattrs(source) if ast.unparse(call.args[0]).lower().endswith("state")]
+    return found + [f"line {call.lineno}: {ast.unparse(call)}" for call in calls]
 
 
 def test_the_trainer_state_is_written_only_by_its_own_methods() -> None:
@@ -542,20 +533,16 @@ def metric_log_writes(source: str, results_fields: set[str]) -> list[tuple[str, 
     ``x.callback_metrics[k] = ...``, ``x.callback_metrics.update(...)``) or a Results field (through a name that
     says results: ``results.epoch_end = True``)."""
     found = []
+    for target, line in _assignments(source):
+        inner = target.value if isinstance(target, ast.Subscript) else target
+        if not isinstance(inner, ast.Attribute):
+            continue
+        owner = ast.unparse(inner.value)
+        into_log = inner.attr in METRIC_LOG_FIELDS and ("metric_log" in owner or isinstance(target, ast.Subscript))
+        if into_log or (inner.attr in results_fields and owner.lower().endswith("results")):
+            found.append((inner.attr, line))
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in _unpacked(targets):
-                inner = target.value if isinstance(target, ast.Subscript) else target
-                if not isinstance(inner, ast.Attribute):
-                    continue
-                owner = ast.unparse(inner.value)
-                into_log = inner.attr in METRIC_LOG_FIELDS and (
-                    "metric_log" in owner or isinstance(target, ast.Subscript)
-                )
-                if into_log or (inner.attr in results_fields and owner.lower().endswith("results")):
-                    found.append((inner.attr, node.lineno))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
             changed = node.func.value
             if isinstance(changed, ast.Attribute) and changed.attr in METRIC_LOG_FIELDS - {"results"}:
                 found.append((changed.attr, node.lineno))
