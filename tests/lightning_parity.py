@@ -12,7 +12,8 @@ Both runs are fp32 on the CPU with each framework's default logger set to its CS
 ``# parity: native default logger`` keeps TensorBoard, and its event files' scalars are compared).
 With ``--shuffle off`` the Lightning run's DDP training sampler is held to the script's order too:
 Lightning shuffles a DDP training loader even with ``shuffle=False``, steadytrain keeps the order (a
-documented difference), and the comparison is about the rest. A Tuner's internal fits are not compared.
+documented difference); and Lightning's DDP is kept from seeding every rank again at a stage's start,
+which steadytrain never does (another). The comparison is about the rest. A Tuner's internal fits are not compared.
 """
 
 from __future__ import annotations

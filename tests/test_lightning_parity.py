@@ -31,8 +31,6 @@ DIFFERS_ON_TWO_RANKS: dict[str, str] = {
     " (documented)",
     "gan": "Lightning's DDP refuses it (parameters unused by a loss need strategy='ddp_find_unused_parameters_true')",
     "shared_datamodule": "its GAN, as gan's: Lightning's DDP refuses parameters unused by a loss",
-    "demos_bug_report": "its BoringModel fits match; its Transformer fit (dropout, gradient_clip_val) reports other"
-    " losses on 2 ranks (3.877 vs 3.972 train_loss); the cause is not found yet",
     "random_transforms_limit": "each rank trains on Lightning's batches (same labels, same order), but on several"
     " ranks each sample's augmentation draws from its own seed (seed, epoch, index: trainer/data/sample_seeds.py,"
     " documented), where Lightning's draw from each rank's stream; one device matches",

@@ -6,7 +6,8 @@ prints (``print`` called from the script, ``self.print`` included), and after ev
 ``fit``/``validate``/``test``/``predict`` the call's return value and the Trainer's public values.
 At exit, rank zero writes them as JSON to ``PARITY_OUT``, with the run folder's files and the rows
 of each ``metrics.csv``. With ``PARITY_SHUFFLE=off`` every ``DataLoader`` is built with
-``shuffle=False`` (on every rank: each imports this file).
+``shuffle=False`` (on every rank: each imports this file), and Lightning's DDP neither shuffles nor
+re-seeds (two documented differences).
 
 Both frameworks' default logger is TensorBoard where tensorboard is installed, else CSV. Here it is
 ``CSVLogger`` on both sides, so both runs write a ``metrics.csv`` to compare; with
@@ -198,6 +199,17 @@ def _lightning_ddp_no_shuffle() -> None:
     DistributedSampler.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _lightning_ddp_no_reseed() -> None:
+    """Lightning's DDP and FSDP strategies seed every rank again from ``seed_everything``'s seed at each stage's
+    start (``reset_seed``), its single device does not; steadytrain never re-seeds, so 2 ranks draw as 1 device
+    does (docs/migration/from-lightning.md). With shuffling off, the Lightning run keeps its stream too."""
+    import lightning.pytorch.strategies.ddp
+    import lightning.pytorch.strategies.fsdp
+
+    for strategy in (lightning.pytorch.strategies.ddp, lightning.pytorch.strategies.fsdp):
+        strategy.reset_seed = lambda: None  # type: ignore[attr-defined]
+
+
 def _destroy_lightning_group() -> None:
     """Lightning leaves the process group to the interpreter's teardown, where a gloo worker thread
     still holding work can abort the process ("terminate called without an active exception",
@@ -221,6 +233,7 @@ def _install() -> None:
         _no_shuffle()
         if _FRAMEWORK == "lightning":
             _lightning_ddp_no_shuffle()
+            _lightning_ddp_no_reseed()
     csv_default = os.environ.get("PARITY_DEFAULT_LOGGER", "csv") == "csv"
     if _FRAMEWORK == "lightning":
         from lightning.pytorch import Trainer
