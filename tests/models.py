@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -44,6 +46,45 @@ class Regressor(trainer.Module):
         if self.adam:
             return torch.optim.Adam(self.parameters(), lr=self.lr)
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+class LoggedRegressor(Regressor):
+    """What a captured step must replay: the loss on the bar, an epoch mean and the gradient norm logged, an
+    output beside the loss, an LR scheduler stepped per step (``tests/test_graph_step.py``, on a GPU
+    ``tests/test_cuda_graph.py``)."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> Any:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        self.log("loss_mean", loss, on_step=False, on_epoch=True)
+        return {"loss": loss, "pred_mean": self.net(x).mean().detach()}
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        from trainer.utilities.grads import grad_norm
+
+        self.log("grad_norm", grad_norm(self, 2)["grad_2.0_norm_total"])
+
+    def configure_optimizers(self) -> Any:
+        return self.scheduled(torch.optim.Adam(self.parameters(), lr=0.01))
+
+    @staticmethod
+    def scheduled(opt: torch.optim.Optimizer) -> dict[str, Any]:
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class BatchValues(trainer.Callback):
+    """Every training batch's callback metrics and outputs, copied to the CPU (on a GPU a synchronization:
+    fine in a test)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, torch.Tensor]] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        found = {k: v.detach().cpu().clone() for k, v in trainer.callback_metrics.items()}
+        found.update({f"out/{k}": v.detach().cpu().clone() for k, v in outputs.items()})
+        self.seen.append(found)
 
 
 class NoisyDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):

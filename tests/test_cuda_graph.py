@@ -13,55 +13,29 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import trainer
-from tests.models import assert_bitwise_equal, make_net, params, regression_data
+from tests.models import BatchValues as Values
+from tests.models import LoggedRegressor, assert_bitwise_equal, params, regression_data
 from tests.test_cuda import SyncWatch, gpu
 from trainer.graphs.captured import WARM_UP
 from trainer.graphs.summary import GraphSummary
-from trainer.utilities.grads import grad_norm
 
 pytestmark = pytest.mark.cuda
 
 
-class Net(trainer.Module):
-    """Regression with the loss on the bar, an epoch mean, the gradient norm, an LR scheduler per step."""
+class Net(LoggedRegressor):
+    """``LoggedRegressor`` with Adam or SGD as the captured run makes them (``capturable``, ``fused``), so the
+    eager run steps the same optimizer."""
 
     def __init__(self, optimizer: str = "adam", dropout: float = 0.0) -> None:
-        super().__init__()
-        self.net = make_net(dropout=dropout)
+        super().__init__(dropout=dropout)
         self.optimizer = optimizer
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        loss = F.mse_loss(self.net(x), y)
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("loss_mean", loss, on_step=False, on_epoch=True)
-        return {"loss": loss, "pred_mean": self.net(x).mean().detach()}
-
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
-        self.log("grad_norm", grad_norm(self, 2)["grad_2.0_norm_total"])
 
     def configure_optimizers(self) -> Any:
         if self.optimizer == "sgd":  # the trainer makes SGD fused under cuda_graph: the eager run is given the same
-            opt: torch.optim.Optimizer = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9, fused=True)
-        else:
-            opt = torch.optim.Adam(self.parameters(), lr=0.01, capturable=True)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-
-class Values(trainer.Callback):
-    """Every batch's callback metrics and outputs, copied to the CPU (a synchronization: fine in a test)."""
-
-    def __init__(self) -> None:
-        self.seen: list[dict[str, torch.Tensor]] = []
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        found = {k: v.detach().cpu().clone() for k, v in trainer.callback_metrics.items()}
-        found.update({f"out/{k}": v.detach().cpu().clone() for k, v in outputs.items()})
-        self.seen.append(found)
+            return self.scheduled(torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9, fused=True))
+        return self.scheduled(torch.optim.Adam(self.parameters(), lr=0.01, capturable=True))
 
 
 def data(n: int = 96, batch: int = 8, shuffle: bool = False) -> torch.utils.data.DataLoader:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import trainer
 import trainer.graphs.captured as captured
@@ -21,35 +20,8 @@ from tests import models
 from tests.fake_graphs import use_fake_graphs
 from trainer.graphs.captured import WARM_UP
 from trainer.graphs.summary import FULL, RARE, WARMING, WINDOW, GraphSummary
-from trainer.utilities.grads import grad_norm
 
-
-class Net(models.Regressor):
-    """Logs to the bar, an epoch mean and the gradient norm; an LR scheduler per step."""
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        loss = F.mse_loss(self.net(x), y)
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("loss_mean", loss, on_step=False, on_epoch=True)
-        return {"loss": loss, "pred_mean": self.net(x).mean().detach()}
-
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
-        self.log("grad_norm", grad_norm(self, 2)["grad_2.0_norm_total"])
-
-    def configure_optimizers(self) -> Any:
-        opt = torch.optim.Adam(self.parameters(), lr=0.01)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-
-class Values(trainer.Callback):
-    def __init__(self) -> None:
-        self.seen: list[dict[str, torch.Tensor]] = []
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        found = {k: v.clone() for k, v in trainer.callback_metrics.items()}
-        self.seen.append({**found, **{f"out/{k}": v.clone() for k, v in outputs.items()}})
+Net, Values = models.LoggedRegressor, models.BatchValues
 
 
 def fit(
