@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -46,6 +47,13 @@ class Regressor(trainer.Module):
         if self.adam:
             return torch.optim.Adam(self.parameters(), lr=self.lr)
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+def every_step_checkpoints(folder: str | os.PathLike[str]) -> trainer.ModelCheckpoint:
+    """A checkpoint after every optimizer step, each kept as ``<folder>/step<N>.ckpt``: the resume tests' source."""
+    return trainer.ModelCheckpoint(
+        dirpath=folder, filename="step{step}", auto_insert_metric_name=False, save_top_k=-1, every_n_train_steps=1
+    )
 
 
 class LoggedRegressor(Regressor):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from tests.models import quiet
+from tests.models import every_step_checkpoints, quiet
 
 BATCH = 4
 
@@ -139,10 +139,7 @@ def test_a_resumed_epoch_loads_only_its_remaining_batches(tmp_path: Path, shuffl
 
     def run(ckpt: Path | None) -> int:
         data = Counted()
-        save = st.ModelCheckpoint(
-            dirpath=tmp_path / "ckpts", filename="step{step}", auto_insert_metric_name=False, every_n_train_steps=1,
-            save_top_k=-1,
-        )  # fmt: skip
+        save = every_step_checkpoints(tmp_path / "ckpts")
         fit = quiet(tmp_path, max_epochs=2, limit_train_batches=3, enable_checkpointing=True, callbacks=[save])
         fit.fit(module_class(st.Module)(None), DataLoader(data, batch_size=BATCH, shuffle=shuffle), ckpt_path=ckpt)
         return data.loads

@@ -15,7 +15,15 @@ import torch
 import torch.nn.functional as F
 
 import trainer
-from tests.models import Regressor, assert_bitwise_equal, loader, make_net, params, regression_data
+from tests.models import (
+    Regressor,
+    assert_bitwise_equal,
+    every_step_checkpoints,
+    loader,
+    make_net,
+    params,
+    regression_data,
+)
 
 pytestmark = pytest.mark.cuda
 STEADY = (3, 9)  # steps [3, 9): past the first steps' allocations and lazy set-up, before any allowed point
@@ -108,13 +116,7 @@ class Scheduled(Regressor):
 def resume_run(root: Path, precision: str, ckpt: Path | None = None) -> tuple[list[torch.Tensor], int]:
     torch.manual_seed(0)
     module = Scheduled(dropout=0.2, lr=0.01)
-    every_step = trainer.ModelCheckpoint(
-        dirpath=root / "ckpts",
-        filename="step{step}",
-        auto_insert_metric_name=False,
-        save_top_k=-1,
-        every_n_train_steps=1,
-    )
+    every_step = every_step_checkpoints(root / "ckpts")
     fit = gpu(root, max_epochs=2, precision=precision, callbacks=[every_step], enable_checkpointing=True)
     fit.fit(module, loader(regression_data(56), batch_size=8, shuffle=True), ckpt_path=ckpt)
     return [p.cpu() for p in params(module)], fit.global_step

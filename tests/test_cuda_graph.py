@@ -16,7 +16,7 @@ import torch
 
 import trainer
 from tests.models import BatchValues as Values
-from tests.models import LoggedRegressor, assert_bitwise_equal, params, regression_data
+from tests.models import LoggedRegressor, assert_bitwise_equal, every_step_checkpoints, params, regression_data
 from tests.test_cuda import SyncWatch, gpu
 from trainer.graphs.captured import WARM_UP
 from trainer.graphs.summary import GraphSummary
@@ -144,13 +144,7 @@ def test_a_partial_last_batch_runs_eagerly_and_is_counted(tmp_path: Path) -> Non
 def resume_run(root: Path, ckpt: Path | None = None) -> tuple[list[torch.Tensor], int]:
     torch.manual_seed(0)
     module = Net()
-    every_step = trainer.ModelCheckpoint(
-        dirpath=root / "ckpts",
-        filename="step{step}",
-        auto_insert_metric_name=False,
-        save_top_k=-1,
-        every_n_train_steps=1,
-    )
+    every_step = every_step_checkpoints(root / "ckpts")
     fit = gpu(root, max_epochs=2, cuda_graph=True, callbacks=[every_step], enable_checkpointing=True)
     fit.fit(module, data(n=56, shuffle=True), ckpt_path=ckpt)
     return [p.cpu() for p in params(module)], fit.global_step

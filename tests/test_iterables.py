@@ -13,7 +13,7 @@ import torch
 
 import trainer
 from tests.helpers import REPO_ROOT, run_python
-from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
+from tests.models import Regressor, assert_bitwise_equal, every_step_checkpoints, loader, params, quiet, regression_data
 from trainer.data import (
     capture_epoch_rng,
     num_batches,
@@ -151,13 +151,7 @@ def test_a_list_of_loaders_still_means_several_loaders(tmp_path: Path) -> None:
 def resume_run(tmp_path: Path, make: Any, ckpt: Path | None = None) -> tuple[list[torch.Tensor], trainer.Trainer]:
     torch.manual_seed(0)
     module = Regressor(dropout=0.2, lr=0.01, adam=True)  # dropout: the global RNG matters
-    every_step = trainer.ModelCheckpoint(
-        dirpath=tmp_path / "ckpts",
-        filename="step{step}",
-        auto_insert_metric_name=False,
-        save_top_k=-1,
-        every_n_train_steps=1,
-    )
+    every_step = every_step_checkpoints(tmp_path / "ckpts")
     fit = quiet(tmp_path, max_epochs=3, enable_checkpointing=True, callbacks=[every_step])
     fit.fit(module, make(), [batches(16, seed=1)], ckpt_path=ckpt)
     return params(module), fit

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.lightning_port import port
-from tests.models import Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
+from tests.models import Regressor, assert_bitwise_equal, every_step_checkpoints, loader, params, quiet, regression_data
 from trainer.callbacks import DeviceStatsMonitor, GradientAccumulationScheduler
 from trainer.launch import rank_from_environment, set_global_rank
 from trainer.loggers.base import Logger
@@ -202,13 +202,10 @@ def test_resume_inside_a_scheduled_epoch_is_bitwise_equal(tmp_path: Path) -> Non
     """A run resumed mid-epoch gets that epoch's factor (set in on_train_start), not the Trainer's default."""
 
     def run(folder: Path, ckpt: Path | None = None) -> tuple[list[torch.Tensor], Any]:
-        import trainer
 
         torch.manual_seed(0)
         module = Regressor(dropout=0.2)
-        every_step = trainer.ModelCheckpoint(
-            dirpath=folder, filename="step{step}", auto_insert_metric_name=False, save_top_k=-1, every_n_train_steps=1
-        )
+        every_step = every_step_checkpoints(folder)
         fit = quiet(
             tmp_path,
             max_epochs=3,

@@ -9,7 +9,16 @@ import pytest
 import torch
 
 import trainer
-from tests.models import NoisyDataset, Regressor, assert_bitwise_equal, loader, params, quiet, regression_data
+from tests.models import (
+    NoisyDataset,
+    Regressor,
+    assert_bitwise_equal,
+    every_step_checkpoints,
+    loader,
+    params,
+    quiet,
+    regression_data,
+)
 
 
 class ScheduledRegressor(Regressor):
@@ -33,13 +42,7 @@ def run(
     module = ScheduledRegressor(dropout=0.2, lr=0.01)
     base = regression_data(n=56)
     ds = NoisyDataset(base) if noisy else base
-    every_step = trainer.ModelCheckpoint(
-        dirpath=tmp_path / "ckpts",
-        filename="step{step}",
-        auto_insert_metric_name=False,
-        save_top_k=-1,
-        every_n_train_steps=1,
-    )
+    every_step = every_step_checkpoints(tmp_path / "ckpts")
     fit = trainer.Trainer(
         accelerator="cpu",
         max_epochs=epochs,
