@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -101,8 +102,6 @@ class NamesDeadWorkers:
 
 def _dead_workers(iterator: Any, grace: float) -> str:
     """The pids and exit (``killed by SIGKILL``) of ``iterator``'s workers found dead within ``grace`` s."""
-    import time
-
     deadline = time.monotonic() + grace
     workers = list(getattr(iterator, "_workers", ()))
     while True:

@@ -33,14 +33,15 @@ class TrainerState:
     def checkpoint_for(self, fn: str, given: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
         """What ``fn`` loads: ``given``, else the chosen checkpoint. Both: ``given``, with Lightning's warning,
         and the choice is dropped (Lightning's rule)."""
-        if self.chosen is None or given is None:
-            return self.chosen if given is None else given
-        warnings.warn(
-            f"`trainer.ckpt_path = {self.chosen!r}` was called but then you passed `trainer.{fn}(ckpt_path="
-            f"{os.fspath(given)!r})`. The latter will be loaded.",
-            stacklevel=2,
-        )
-        self.chosen = None
+        if given is None:
+            return self.chosen
+        if self.chosen is not None:
+            warnings.warn(
+                f"`trainer.ckpt_path = {self.chosen!r}` was called but then you passed `trainer.{fn}(ckpt_path="
+                f"{os.fspath(given)!r})`. The latter will be loaded.",
+                stacklevel=2,
+            )
+            self.chosen = None
         return given
 
     def start(self, fn: str) -> None:
