@@ -28,15 +28,13 @@ def _move(obj: Any, device: torch.device) -> Any:
 
 def move_to_device(batch: Any, device: torch.device | str) -> Any:
     """Move every tensor (or object with ``.to``) inside nested collections/dataclasses to ``device``."""
-    # Imported here: lightning_utilities parses version specifiers at import (~40 ms), a cost
-    # `import trainer` must not pay; after the first call this is a dictionary lookup.
-    from lightning_utilities.core.apply_func import apply_to_collection
-
-    return apply_to_collection(batch, _Movable, _move, device=torch.device(device))
+    return device_mover(device)(batch)
 
 
 def device_mover(device: torch.device | str) -> Callable[[Any], Any]:
     """``move_to_device`` to one device with its import done now: what the loops call per batch."""
+    # Imported here: lightning_utilities parses version specifiers at import (~40 ms), a cost
+    # `import trainer` must not pay; after the first call this is a dictionary lookup.
     from lightning_utilities.core.apply_func import apply_to_collection
 
     return functools.partial(apply_to_collection, dtype=_Movable, function=_move, device=torch.device(device))
