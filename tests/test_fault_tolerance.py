@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -20,7 +21,9 @@ ROOT = Path(__file__).parent.parent
 
 
 def start(out: Path, *args: str, session: bool = False) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    # PYTHONFAULTHANDLER: a job that outlives its deadline is sent SIGABRT, and every process of it (ranks,
+    # DataLoader workers) prints each thread's stack before it dies, so a hang reports where it waited.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), str(out), *args],
         stdout=subprocess.PIPE,
@@ -32,9 +35,26 @@ def start(out: Path, *args: str, session: bool = False) -> subprocess.Popen[str]
 
 
 def finish(out: Path, *args: str, timeout: float = 120) -> str:
-    proc = start(out, *args)
-    output, _ = proc.communicate(timeout=timeout)
+    proc = start(out, *args, session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after {timeout}s; its stacks:\n{stacks_then_kill(proc)}") from None
     assert proc.returncode == 0, output
+    return output
+
+
+def stacks_then_kill(proc: subprocess.Popen[str]) -> str:
+    """A hung job's output, then every thread's stack of each of its processes (SIGABRT to its session, which
+    ``PYTHONFAULTHANDLER`` answers with the stacks); whatever is left is SIGKILLed."""
+    os.killpg(proc.pid, signal.SIGABRT)
+    try:
+        output, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     return output
 
 
