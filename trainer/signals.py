@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from trainer import worker_forks
+
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 
 
@@ -66,9 +68,12 @@ def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
         return iter(loader)
     user_init = getattr(loader, "worker_init_fn", None)
     loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
+    worker_forks.settle()  # no feeder thread of the last epoch's workers still ending while we fork
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
     try:
-        return NamesDeadWorkers(iter(loader))
+        iterator = iter(loader)
+        worker_forks.track(iterator)
+        return NamesDeadWorkers(iterator)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         loader.worker_init_fn = user_init  # type: ignore[attr-defined]
