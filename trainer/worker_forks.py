@@ -3,11 +3,12 @@
 A multi-process DataLoader iterator sends batch indices to each worker through a
 ``multiprocessing.Queue``, whose feeder thread lives in this process. At shutdown torch closes
 those queues without joining their feeders (``cancel_join_thread``), so the feeder of the epoch
-that just ended is often still exiting when the next epoch's ``iter()`` forks new workers. A fork
-at that moment has left a new worker stuck inside ``fork()`` itself: seen about once in a few
-hundred epoch starts of a 2-rank gloo job on a loaded 2-core machine, that rank then waits for its
-first batch forever and the whole job with it. So before each fork the Trainer waits (bounded) until
-the feeders of closed queues have ended, down to the operating-system thread (``settle``).
+that just ended is often still exiting when the next epoch's ``iter()`` forks new workers. A new
+worker has been seen stuck inside ``fork()`` itself, that feeder (frameless, ending) the one other
+thread in it: a few times in thousands of epoch starts of 2-rank gloo jobs on a loaded 2-core
+machine; its rank then waits for its first batch forever and the whole job with it. So before each
+fork the Trainer waits (bounded) until the feeders of closed queues have ended, down to the
+operating-system thread (``settle``).
 
 Only the standard library at import.
 """
