@@ -68,12 +68,10 @@ def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
         return iter(loader)
     user_init = getattr(loader, "worker_init_fn", None)
     loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
-    worker_forks.settle()  # no feeder thread of the last epoch's workers still ending while we fork
+    worker_forks.before_fork()  # no communication thread taking the GIL while we fork (CPython gh-112275)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
     try:
-        iterator = iter(loader)
-        worker_forks.track(iterator)
-        return NamesDeadWorkers(iterator)
+        return NamesDeadWorkers(iter(loader))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         loader.worker_init_fn = user_init  # type: ignore[attr-defined]

@@ -1,58 +1,35 @@
-"""Forking DataLoader workers only while no thread of this process is ending.
+"""Forking DataLoader workers only once the communication threads are done with the GIL.
 
-A multi-process DataLoader iterator sends batch indices to each worker through a
-``multiprocessing.Queue``, whose feeder thread lives in this process. At shutdown torch closes
-those queues without joining their feeders (``cancel_join_thread``), so the feeder of the epoch
-that just ended is often still exiting when the next epoch's ``iter()`` forks new workers. A new
-worker has been seen stuck inside ``fork()`` itself, that feeder (frameless, ending) the one other
-thread in it: a few times in thousands of epoch starts of 2-rank gloo jobs on a loaded 2-core
-machine; its rank then waits for its first batch forever and the whole job with it. So before each
-fork the Trainer waits (bounded) until the feeders of closed queues have ended, down to the
-operating-system thread (``settle``).
+A new DataLoader worker has been seen stuck inside ``fork()`` itself (gdb: the child waits in
+``PyOS_AfterFork_Child`` -> ``_PyThreadState_DeleteExcept`` for the interpreter's thread-list lock),
+its rank then waiting for its first batch forever and the whole job with it. That is CPython
+gh-112275 (Python 3.8 to 3.11): the child takes that lock before resetting it, so a fork at the
+moment another thread holds it deadlocks the child. A thread holds it without the GIL while it makes
+itself a thread state, which is what gloo's worker threads do when they free a finished collective
+that needs the GIL (the work DDP issues in backward: see ``strategies/parallel._destroy_group``).
+An epoch's workers are forked just after the last step's collectives, so before forking, in a process
+with a process group, the Trainer releases the GIL for a moment (``before_fork``), letting those
+threads finish. Seen a few times in thousands of epoch starts of 2-rank gloo jobs on a loaded
+2-core machine (Python 3.11.7); a Python with the fix does not need the pause.
 
 Only the standard library at import.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from typing import Any
 
-SETTLE_S = 2.0  # the longest a fork waits for ending feeder threads (they end in microseconds)
-
-_queues: dict[int, Any] = {}  # the index queues of the workers this process started, until their feeders end
+GRACE_S = 0.05  # long enough for a communication thread waiting for the GIL to take it and finish
 
 
-def track(iterator: Any) -> None:
-    """Remember a multi-process iterator's index queues (``_index_queues``; none for other iterators).
-    A persistent-workers iterator is tracked again each epoch: its queues are kept once."""
-    _queues.update((id(queue), queue) for queue in getattr(iterator, "_index_queues", ()))
+def before_fork() -> None:
+    """Pause ``GRACE_S`` (the GIL released) when a process group exists, so no communication thread is
+    making itself a thread state while this process forks."""
+    if process_group_running():
+        time.sleep(GRACE_S)
 
 
-def settle(timeout: float = SETTLE_S) -> None:
-    """Wait until the feeder thread of every closed tracked queue has ended, at most ``timeout`` seconds.
-
-    ``Thread.join`` returns when the thread's Python part is done; the operating-system thread runs on
-    a little (its thread state, thread-local data, stack), so on Linux this also waits until the
-    thread is gone from ``/proc/self/task``. Queues still open (persistent workers, an iterator still in
-    use) are kept for a later call.
-    """
-    deadline = time.monotonic() + timeout
-    for key, queue in list(_queues.items()):
-        if not getattr(queue, "_closed", False):
-            continue
-        thread = getattr(queue, "_thread", None)
-        if thread is not None:
-            thread.join(max(0.0, deadline - time.monotonic()))
-            _wait_until_gone(getattr(thread, "native_id", None), deadline)
-        del _queues[key]
-
-
-def _wait_until_gone(native_id: int | None, deadline: float) -> None:
-    if native_id is None or not sys.platform.startswith("linux"):
-        return
-    task = f"/proc/self/task/{native_id}"
-    while os.path.exists(task) and time.monotonic() < deadline:
-        time.sleep(0.0005)
+def process_group_running() -> bool:
+    dist = sys.modules.get("torch.distributed")  # never imported here: only a group already made counts
+    return dist is not None and dist.is_available() and dist.is_initialized()
