@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trainer.version",
             "trainer.failures",
             "trainer.signals",
+            "trainer.worker_forks",
             "trainer.seed",
             "trainer.optim",
             "trainer.flags",

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from trainer import worker_forks
+
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 
 
@@ -66,6 +68,7 @@ def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
         return iter(loader)
     user_init = getattr(loader, "worker_init_fn", None)
     loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
+    worker_forks.before_fork()  # no communication thread taking the GIL while we fork (CPython gh-112275)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
     try:
         return NamesDeadWorkers(iter(loader))
