@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a job past its deadline prints every thread's stack (see ``finish``)
     env.update(extra)
     return env
 
@@ -84,11 +86,24 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120.0) -> Finished:
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise AssertionError(f"job still running after {timeout}s; output:\n{output}") from None
+        stacks = stacks_then_kill(proc)
+        raise AssertionError(f"job still running after {timeout}s; output, then its stacks:\n{stacks}") from None
     ended = time.time()
     return Finished(proc.returncode, output, ended - began, ended)
+
+
+def stacks_then_kill(proc: subprocess.Popen[str]) -> str:
+    """A hung job's output, then each thread's stack of every process in its session: SIGABRT, which
+    ``PYTHONFAULTHANDLER`` answers with the stacks; whatever is left is SIGKILLed."""
+    os.killpg(proc.pid, signal.SIGABRT)
+    try:
+        output, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return output
 
 
 def run_python(

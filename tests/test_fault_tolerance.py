@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import random
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers import stacks_then_kill
 
 SCRIPT = Path(__file__).parent / "scripts" / "resumable_run.py"
 ROOT = Path(__file__).parent.parent
@@ -41,20 +42,6 @@ def finish(out: Path, *args: str, timeout: float = 120) -> str:
     except subprocess.TimeoutExpired:
         raise AssertionError(f"still running after {timeout}s; its stacks:\n{stacks_then_kill(proc)}") from None
     assert proc.returncode == 0, output
-    return output
-
-
-def stacks_then_kill(proc: subprocess.Popen[str]) -> str:
-    """A hung job's output, then every thread's stack of each of its processes (SIGABRT to its session, which
-    ``PYTHONFAULTHANDLER`` answers with the stacks); whatever is left is SIGKILLed."""
-    os.killpg(proc.pid, signal.SIGABRT)
-    try:
-        output, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
     return output
 
 
