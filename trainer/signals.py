@@ -68,7 +68,7 @@ def start_iterator(loader: Iterable[Any]) -> Iterator[Any]:
         return iter(loader)
     user_init = getattr(loader, "worker_init_fn", None)
     loader.worker_init_fn = WorkerInit(user_init)  # type: ignore[attr-defined]
-    worker_forks.before_fork()  # no communication thread taking the GIL while we fork (CPython gh-112275)
+    worker_forks.let_communication_threads_finish()  # none taking the GIL as we fork (CPython gh-112275)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _signal_set(STOP_SIGNALS))
     try:
         return NamesDeadWorkers(iter(loader))

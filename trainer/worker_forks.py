@@ -8,9 +8,10 @@ moment another thread holds it deadlocks the child. A thread holds it without th
 itself a thread state, which is what gloo's worker threads do when they free a finished collective
 that needs the GIL (the work DDP issues in backward: see ``strategies/parallel._destroy_group``).
 An epoch's workers are forked just after the last step's collectives, so before forking, in a process
-with a process group, the Trainer releases the GIL for a moment (``before_fork``), letting those
+with a process group, the Trainer releases the GIL for a moment (``let_communication_threads_finish``), letting those
 threads finish. Seen a few times in thousands of epoch starts of 2-rank gloo jobs on a loaded
-2-core machine (Python 3.11.7); a Python with the fix does not need the pause.
+2-core machine (Python 3.11.7); a Python with the fix does not need the pause. The same pause comes
+before a process group is destroyed (``strategies/parallel._destroy_group``), for the same threads.
 
 Only the standard library at import.
 """
@@ -23,9 +24,9 @@ import time
 GRACE_S = 0.05  # long enough for a communication thread waiting for the GIL to take it and finish
 
 
-def before_fork() -> None:
-    """Pause ``GRACE_S`` (the GIL released) when a process group exists, so no communication thread is
-    making itself a thread state while this process forks."""
+def let_communication_threads_finish() -> None:
+    """Pause ``GRACE_S`` (the GIL released) when a process group exists, so that no communication thread
+    is still freeing a collective under the GIL: before a fork, and before the group is destroyed."""
     if process_group_running():
         time.sleep(GRACE_S)
 

@@ -27,9 +27,9 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 import trainer.launch as launch
 import trainer.supervise as supervise
+from trainer import worker_forks
 from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
 
-_COMM_THREADS_GRACE_S = 0.05  # see _destroy_group
 _ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
 _REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -319,12 +319,12 @@ def _is_timeout(error: BaseException) -> bool:
 def _destroy_group() -> None:
     """Destroy the default process group, if any.
 
-    The short sleep first releases the GIL so gloo's worker threads can free the allreduce work
+    The short pause first releases the GIL so gloo's worker threads can free the allreduce work
     DDP issued in backward; a worker still waiting for the GIL when the interpreter shuts down
     aborts the process (torch 2.x; ~10% of runs that exit right after a step, on a busy machine).
     """
     if dist.is_initialized():
-        time.sleep(_COMM_THREADS_GRACE_S)
+        worker_forks.let_communication_threads_finish()
         dist.destroy_process_group()
 
 
