@@ -1,7 +1,9 @@
-"""One Lightning import line in steadytrain's names: the only edit a ported Lightning script gets.
+"""Lightning's import lines in steadytrain's names: the only edit a ported Lightning script gets.
 
 Used by the tests that run Lightning users' scripts (tests/lightning_scripts, tests/lightning_style,
-tests/cli_fixtures/lightning_script.py), so each port is the same mechanical rewrite.
+tests/cli_fixtures/lightning_script.py) and by benchmarks/lightning_tests.py, which ports Lightning's own
+test files, so each port is the same mechanical rewrite. The table maps module paths, never single names:
+a name a port cannot find fails at its import line, where the port says so.
 """
 
 from __future__ import annotations
@@ -10,38 +12,84 @@ import re
 
 # Lightning's names that steadytrain spells differently; the port imports ours under Lightning's name.
 RENAMED = {
-    "LightningModule": "Module as LightningModule",
-    "LightningDataModule": "DataModule as LightningDataModule",
-    "LightningCLI": "CLI as LightningCLI",
-    "LightningArgumentParser": "ArgumentParser as LightningArgumentParser",
+    "LightningModule": "Module",
+    "LightningDataModule": "DataModule",
+    "LightningCLI": "CLI",
+    "LightningArgumentParser": "ArgumentParser",
 }
-# Lightning's module -> steadytrain's (a submodule such as callbacks.finetuning maps to its package).
-PACKAGES = {
-    r"lightning\.pytorch": "trainer",
-    r"lightning\.pytorch\.callbacks(?:\.\w+)?": "trainer.callbacks",
-    r"lightning\.pytorch\.loggers(?:\.\w+)?": "trainer.loggers",
-    r"lightning\.pytorch\.profilers(?:\.\w+)?": "trainer.profilers",
-    r"lightning\.pytorch\.cli": "trainer.cli",
-    r"lightning\.pytorch\.utilities(?:\.\w+)?": "trainer.utilities",
-    r"lightning\.pytorch\.tuner(?:\.\w+)?": "trainer.tuner",
-    r"lightning\.pytorch\.strategies(?:\.\w+)?": "trainer.strategies",
-    r"lightning\.pytorch\.demos(?:\.\w+)?": "trainer.demos",
+
+# Lightning's module -> the steadytrain module that holds its public names. A module not listed takes its
+# nearest listed parent: ``lightning.pytorch.callbacks.early_stopping`` -> ``trainer.callbacks``.
+MODULES = {
+    "lightning": "trainer",  # ``import lightning as L``: L.LightningModule, L.Trainer, ...
+    "lightning.pytorch": "trainer",
+    "lightning.pytorch.accelerators": "trainer.accelerators",
+    "lightning.pytorch.callbacks": "trainer.callbacks",
+    "lightning.pytorch.cli": "trainer.cli",
     # where Lightning defines its top-level names: LightningModule in core, Trainer in trainer
-    r"lightning\.pytorch\.(?:core|trainer)(?:\.\w+)?": "trainer",
+    "lightning.pytorch.core": "trainer",
+    "lightning.pytorch.core.module": "trainer.module",
+    "lightning.pytorch.core.datamodule": "trainer.datamodule",
+    "lightning.pytorch.core.saving": "trainer.hparams",
+    "lightning.pytorch.demos": "trainer.demos",
+    "lightning.pytorch.loggers": "trainer.loggers",
+    "lightning.pytorch.loops": "trainer.loops",
+    "lightning.pytorch.plugins": "trainer.plugins",
+    "lightning.pytorch.profilers": "trainer.profilers",
+    "lightning.pytorch.strategies": "trainer.strategies",
+    "lightning.pytorch.trainer": "trainer",
+    "lightning.pytorch.trainer.trainer": "trainer.trainer",
+    "lightning.pytorch.trainer.states": "trainer.states",
+    "lightning.pytorch.tuner": "trainer.tuner",
+    "lightning.pytorch.utilities": "trainer.utilities",
 }
-# ``import lightning as L`` / ``import lightning.pytorch as pl``: trainer has L.LightningModule, L.Trainer, ...
-MODULES = {r"lightning(?:\.pytorch)?": "trainer"}
+
+_FROM = re.compile(
+    r"^(?P<indent>[ \t]*)from (?P<module>lightning(?:\.pytorch(?:\.\w+)*)?) import "
+    r"(?:\((?P<group>[^)]*)\)|(?P<names>[^#\n]*?))(?P<tail>[ \t]*(?:#[^\n]*)?)$",
+    re.MULTILINE,
+)
+_IMPORT_AS = re.compile(
+    r"^(?P<indent>[ \t]*)import (?P<module>lightning(?:\.pytorch)?) as (?P<alias>\w+)", re.MULTILINE
+)
+
+
+def ported_module(module: str) -> str | None:
+    """steadytrain's module for Lightning's ``module``; None outside ``lightning.pytorch`` (``lightning.fabric``)."""
+    if module != "lightning" and not (module == "lightning.pytorch" or module.startswith("lightning.pytorch.")):
+        return None
+    parts = module.split(".")
+    while ".".join(parts) not in MODULES:
+        parts.pop()
+    return MODULES[".".join(parts)]
+
+
+def _ported_name(name: str) -> str:
+    """``LightningModule`` -> ``Module as LightningModule``; ``LightningModule as LM`` -> ``Module as LM``."""
+    name, _, alias = (part.strip() for part in name.partition(" as "))
+    if name in RENAMED:
+        return f"{RENAMED[name]} as {alias or name}"
+    return f"{name} as {alias}" if alias else name
+
+
+def _port_from(match: re.Match[str]) -> str:
+    ours = ported_module(match["module"])
+    if ours is None:
+        return match[0]
+    if match["group"] is not None:  # a parenthesised list, one or several lines: keep its layout
+        names = re.sub(r"\b(\w+)(?:\s+as\s+(\w+))?\b", lambda m: _ported_name(m[0]), match["group"])
+        return f"{match['indent']}from {ours} import ({names}){match['tail']}"
+    names = ", ".join(_ported_name(name) for name in match["names"].split(",") if name.strip())
+    return f"{match['indent']}from {ours} import {names}{match['tail']}"
+
+
+def port_source(source: str) -> str:
+    """Every ``from lightning.pytorch[.x] import ...`` (parenthesised lists too) and ``import lightning[.pytorch]
+    as L`` of ``source`` in steadytrain's names; every other line unchanged."""
+    source = _FROM.sub(_port_from, source)
+    return _IMPORT_AS.sub(lambda m: f"{m['indent']}import trainer as {m['alias']}", source)
 
 
 def port(line: str) -> str:
-    """``from lightning.pytorch[.x] import A, B`` and ``import lightning[.pytorch] as L`` in steadytrain's
-    names; any other line unchanged (its indentation kept)."""
-    indent, code = re.fullmatch(r"(\s*)(.*)", line, re.DOTALL).groups()  # type: ignore[union-attr]
-    for pattern, ours in PACKAGES.items():
-        if match := re.fullmatch(rf"from {pattern} import (.+)", code):
-            names = [RENAMED.get(name.strip(), name.strip()) for name in match[1].split(",")]
-            return f"{indent}from {ours} import {', '.join(names)}"
-    for pattern, ours in MODULES.items():
-        if match := re.fullmatch(rf"import {pattern} as (\w+)", code):
-            return f"{indent}import {ours} as {match[1]}"
-    return line
+    """One line of a script, ported (see ``port_source``)."""
+    return port_source(line)
