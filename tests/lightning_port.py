@@ -30,7 +30,7 @@ MODULES = {
     "lightning.pytorch.core": "trainer",
     "lightning.pytorch.core.module": "trainer.module",
     "lightning.pytorch.core.datamodule": "trainer.datamodule",
-    "lightning.pytorch.core.saving": "trainer.hparams",
+    "lightning.pytorch.core.saving": "trainer.saving",
     "lightning.pytorch.demos": "trainer.demos",
     "lightning.pytorch.loggers": "trainer.loggers",
     "lightning.pytorch.loops": "trainer.loops",
@@ -42,6 +42,8 @@ MODULES = {
     "lightning.pytorch.trainer.states": "trainer.states",
     "lightning.pytorch.tuner": "trainer.tuner",
     "lightning.pytorch.utilities": "trainer.utilities",
+    "lightning.pytorch.utilities.data": "trainer.utilities.data",
+    "lightning.pytorch.utilities.exceptions": "trainer.utilities.exceptions",
 }
 
 _FROM = re.compile(

@@ -27,12 +27,15 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trainer.optim",
             "trainer.flags",
             "trainer.hparams",
+            "trainer.saving",
             "trainer.results",
             "trainer.launch",
             "trainer.move",
             "trainer.overrides",
             "trainer.logo",
             "trainer.user_warnings",
+            "trainer.states",
+            "trainer.exceptions",
             "trainer.precision",
             "trainer.profilers",
             "trainer.view",
@@ -505,10 +508,10 @@ def state_writes(source: str) -> list[str]:
 
 
 def test_the_trainer_state_is_written_only_by_its_own_methods() -> None:
-    """``stage``, ``fn`` and ``ckpt_path`` change only in ``TrainerState``'s methods (``loops/trainer_state.py``),
+    """``stage``, ``fn`` and ``ckpt_path`` change only in ``TrainerState``'s methods (``trainer/states.py``),
     which the lifecycle, the fit's validation and the stages that load a checkpoint call; the Trainer makes its
     one ``TrainerState`` once and never replaces it."""
-    owner = PACKAGE / "loops" / "trainer_state.py"
+    owner = PACKAGE / "states.py"
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path != owner:

@@ -328,7 +328,7 @@ def test_save_config_subclass_stores_it_elsewhere(tmp_path: Path) -> None:
         ("--model.optimizer torch.optim.Nope", 'Parser key "model.optimizer"'),
         ("--ckpt_path missing.ckpt", "--ckpt_path missing.ckpt: no such file"),
         ("--trainer.gradient_clip_algorithm abs", "gradient_clip_algorithm='abs': choose one of norm, value"),
-        ("--seed_everything -1", "--seed_everything: ValueError: seed=-1 must be an int in [0, 2**32)"),
+        ("--seed_everything -1", "--seed_everything: MisconfigurationException: seed=-1 must be an int in [0, 2**32)"),
         ("--optimizer torch.optim.Nope", 'Parser key "optimizer"'),
     ],
 )
@@ -342,7 +342,9 @@ def test_bad_values_exit_2_naming_the_flag(args: str, message: str, capsys: pyte
 def test_trainer_validation_error_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
     result = run_cli("fit --trainer.precision 17 --trainer.default_root_dir", tmp_path)
     assert result.returncode == 2
-    assert "error: invalid --trainer.* value: ValueError: precision='17' is not supported" in result.stderr
+    assert (
+        "error: invalid --trainer.* value: MisconfigurationException: precision='17' is not supported" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())  # nothing written before the error
 

@@ -240,7 +240,9 @@ def test_several_ranks_refuse_an_iterable_unless_sharded_by_the_user(prepare: An
 def test_two_real_ranks_refuse_an_unsharded_iterable_before_any_work(tmp_path: Path, mode: str, what: str) -> None:
     done = run_python([str(DDP_SCRIPT), str(tmp_path), mode], timeout=120)
     assert done.returncode != 0, done.output
-    assert re.search(rf"ValueError: the {what} is not a DataLoader.*across 2 ranks", done.output), done.output
+    assert re.search(rf"MisconfigurationException: the {what} is not a DataLoader.*across 2 ranks", done.output), (
+        done.output
+    )
     assert "finished" not in done.output
 
 

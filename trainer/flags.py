@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from trainer.exceptions import MisconfigurationException
+
 NONFINITE = ("raise", "skip", "off")
 DATA_CHANGE = ("raise", "restart_epoch")
 CLIP = ("norm", "value")
@@ -14,9 +16,11 @@ def check_limit(name: str, value: int | float | None) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
+        raise MisconfigurationException(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
     if isinstance(value, float) and value > 1.0:
-        raise ValueError(f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count.")
+        raise MisconfigurationException(
+            f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count."
+        )
 
 
 def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
@@ -27,7 +31,7 @@ def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None
     else:
         seconds = float(value)
     if seconds is not None and seconds <= 0:
-        raise ValueError(f"{name}={value!r} must be positive.")
+        raise MisconfigurationException(f"{name}={value!r} must be positive.")
     return None if seconds is None else timedelta(seconds=seconds)
 
 
@@ -38,9 +42,11 @@ def check_val_check_interval(value: int | float | None) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"val_check_interval={value!r} must be an int (batches) or a float (fraction of an epoch).")
     if isinstance(value, int) and value < 1:
-        raise ValueError(f"val_check_interval={value!r}: an int counts training batches and must be >= 1.")
+        raise MisconfigurationException(
+            f"val_check_interval={value!r}: an int counts training batches and must be >= 1."
+        )
     if isinstance(value, float) and not 0.0 < value <= 1.0:
-        raise ValueError(f"val_check_interval={value!r}: a float is a fraction of an epoch in (0, 1].")
+        raise MisconfigurationException(f"val_check_interval={value!r}: a float is a fraction of an epoch in (0, 1].")
     return value
 
 
@@ -75,21 +81,25 @@ def check_counts(values: dict[str, Any]) -> None:
     check_types(values)
     max_epochs, max_steps = values["max_epochs"], values["max_steps"]
     if max_epochs is not None and max_epochs < -1:
-        raise ValueError(f"max_epochs={max_epochs!r} must be >= 0, -1 (no limit) or None (1000 unless max_steps).")
+        raise MisconfigurationException(
+            f"max_epochs={max_epochs!r} must be >= 0, -1 (no limit) or None (1000 unless max_steps)."
+        )
     if max_steps < -1:
-        raise ValueError(f"max_steps={max_steps!r} must be -1 (no limit) or >= 0.")
+        raise MisconfigurationException(f"max_steps={max_steps!r} must be -1 (no limit) or >= 0.")
     for name in ("min_epochs", "min_steps"):
         if values[name] is not None and values[name] < 0:
-            raise ValueError(f"{name}={values[name]!r} must be >= 0 or None.")
+            raise MisconfigurationException(f"{name}={values[name]!r} must be >= 0 or None.")
     if values["accumulate_grad_batches"] < 1:
-        raise ValueError(f"accumulate_grad_batches={values['accumulate_grad_batches']!r} must be >= 1.")
+        raise MisconfigurationException(f"accumulate_grad_batches={values['accumulate_grad_batches']!r} must be >= 1.")
     if values["log_every_n_steps"] < 1:
-        raise ValueError(f"log_every_n_steps={values['log_every_n_steps']!r} must be >= 1.")
+        raise MisconfigurationException(f"log_every_n_steps={values['log_every_n_steps']!r} must be >= 1.")
     every = values["check_val_every_n_epoch"]
     if every is not None and every < 1:
-        raise ValueError(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
+        raise MisconfigurationException(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
     if values["num_sanity_val_steps"] < -1:
-        raise ValueError(f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more.")
+        raise MisconfigurationException(
+            f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more."
+        )
 
 
 def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
@@ -99,7 +109,7 @@ def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
     if isinstance(fast, bool) or fast is None:
         fast = int(bool(fast))
     elif not isinstance(fast, int) or fast < 0:
-        raise ValueError(f"fast_dev_run={fast!r} must be a bool or an int >= 0 (batches per stage).")
+        raise MisconfigurationException(f"fast_dev_run={fast!r} must be a bool or an int >= 0 (batches per stage).")
     check_limit("overfit_batches", overfit)
     limits = [values[f"limit_{s}_batches"] for s in ("train", "val", "test", "predict")]
     if fast:
@@ -123,7 +133,7 @@ def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:
     if not sync_batchnorm:
         return
     if not hasattr(strategy, "sync_batchnorm"):
-        raise ValueError(
+        raise MisconfigurationException(
             f"sync_batchnorm=True needs several processes (strategy='ddp'); strategy={strategy.name!r} has one, "
             "where BatchNorm already sees the whole batch."
         )
@@ -133,13 +143,17 @@ def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:
 def check_choices(values: dict[str, Any]) -> None:
     """The flags that take one of a few names."""
     if values["gradient_clip_algorithm"] not in CLIP:
-        raise ValueError(
+        raise MisconfigurationException(
             f"gradient_clip_algorithm={values['gradient_clip_algorithm']!r}: choose one of {', '.join(CLIP)}."
         )
     clip = values["gradient_clip_val"]
     if clip is not None and clip <= 0:
-        raise ValueError(f"gradient_clip_val={clip!r} must be > 0 or None.")
+        raise MisconfigurationException(f"gradient_clip_val={clip!r} must be > 0 or None.")
     if values["on_nonfinite_loss"] not in NONFINITE:
-        raise ValueError(f"on_nonfinite_loss={values['on_nonfinite_loss']!r}: choose one of {', '.join(NONFINITE)}.")
+        raise MisconfigurationException(
+            f"on_nonfinite_loss={values['on_nonfinite_loss']!r}: choose one of {', '.join(NONFINITE)}."
+        )
     if values["on_data_change"] not in DATA_CHANGE:
-        raise ValueError(f"on_data_change={values['on_data_change']!r}: choose one of {', '.join(DATA_CHANGE)}.")
+        raise MisconfigurationException(
+            f"on_data_change={values['on_data_change']!r}: choose one of {', '.join(DATA_CHANGE)}."
+        )

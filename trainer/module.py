@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import trainer.hparams as hparams_lib
+from trainer.exceptions import MisconfigurationException
 from trainer.hparams import AttributeDict, HParams
 
 if TYPE_CHECKING:
@@ -348,7 +349,9 @@ class Module(nn.Module):
         first dimension. On one process they come back unchanged, as in Lightning. A collective: every
         rank must call it with the same shapes. ``sync_grads=True`` lets gradients flow back."""
         if group is not None:
-            raise ValueError("self.all_gather(group=...): tensors are gathered over all ranks only; leave group=None.")
+            raise MisconfigurationException(
+                "self.all_gather(group=...): tensors are gathered over all ranks only; leave group=None."
+            )
         from lightning_utilities.core.apply_func import apply_to_collection
 
         device = self.device
@@ -411,11 +414,17 @@ class Module(nn.Module):
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) needs a running Trainer (call it from a step or hook).")
         if enable_graph:
-            raise ValueError(f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy.")
+            raise MisconfigurationException(
+                f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy."
+            )
         if sync_dist_group is not None:
-            raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over all ranks only.")
+            raise MisconfigurationException(
+                f"self.log({name!r}, sync_dist_group=...): values are reduced over all ranks only."
+            )
         if rank_zero_only and sync_dist:
-            raise ValueError(f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other.")
+            raise MisconfigurationException(
+                f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other."
+            )
         trainer.metric_log.results.log(
             name,
             value,

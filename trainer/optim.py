@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from trainer.exceptions import MisconfigurationException
+
 _FORMS = (
     "an optimizer, a list of optimizers, (optimizers, schedulers), or "
     "{'optimizer': opt, 'lr_scheduler': sched | {'scheduler': sched, 'interval': 'epoch'|'step', "
@@ -35,10 +37,10 @@ class SchedulerConfig:
 def _scheduler_config(item: Any) -> SchedulerConfig:
     if isinstance(item, Mapping):
         if "scheduler" not in item:
-            raise ValueError(f"an lr_scheduler dict needs a 'scheduler' key; got keys {sorted(item)}.")
+            raise MisconfigurationException(f"an lr_scheduler dict needs a 'scheduler' key; got keys {sorted(item)}.")
         unknown = set(item) - {"scheduler", "interval", "frequency", "monitor", "strict", "name"}
         if unknown:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"the lr_scheduler dict has unknown keys {sorted(unknown)}; it takes scheduler, interval, frequency, "
                 "monitor, strict and name."
             )
@@ -53,11 +55,13 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
     else:
         config = SchedulerConfig(item)
     if config.interval not in ("epoch", "step"):
-        raise ValueError(f"lr_scheduler interval={config.interval!r}: choose 'epoch' or 'step'.")
+        raise MisconfigurationException(f"lr_scheduler interval={config.interval!r}: choose 'epoch' or 'step'.")
     if config.frequency < 1:
-        raise ValueError(f"lr_scheduler frequency={config.frequency!r} must be >= 1.")
+        raise MisconfigurationException(f"lr_scheduler frequency={config.frequency!r} must be >= 1.")
     if config.reduce_on_plateau and config.monitor is None:
-        raise ValueError("ReduceLROnPlateau needs {'scheduler': ..., 'monitor': '<logged metric name>'}.")
+        raise MisconfigurationException(
+            "ReduceLROnPlateau needs {'scheduler': ..., 'monitor': '<logged metric name>'}."
+        )
     sched = config.scheduler
     if isinstance(sched, Optimizer) or not (hasattr(sched, "step") and hasattr(sched, "state_dict")):
         raise TypeError(f"got {type(sched).__name__} where an LR scheduler (with step/state_dict) belongs.")
@@ -66,7 +70,9 @@ def _scheduler_config(item: Any) -> SchedulerConfig:
 
 def _from_dict(config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     if "optimizer" not in config:
-        raise ValueError(f"configure_optimizers() dict needs an 'optimizer' key; got keys {sorted(config)}.")
+        raise MisconfigurationException(
+            f"configure_optimizers() dict needs an 'optimizer' key; got keys {sorted(config)}."
+        )
     scheduler = config.get("lr_scheduler")
     return [config["optimizer"]], [] if scheduler is None else [scheduler]
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.exceptions import MisconfigurationException
+
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
@@ -40,7 +42,7 @@ def parse_reduce_fx(name: str, reduce_fx: Any) -> str:
     else:
         fx = next((fx for fn, fx in _CALLABLES.items() if fn is reduce_fx), "")
     if fx not in REDUCE_FX:
-        raise ValueError(
+        raise MisconfigurationException(
             f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(REDUCE_FX)} (or torch.mean, "
             "torch.sum, torch.max, torch.min); for a custom reduction log a torchmetrics Metric instead."
         )
@@ -129,7 +131,9 @@ class Results:
         on_epoch = (not training) if on_epoch is None else on_epoch
         reduce_fx = parse_reduce_fx(name, reduce_fx)
         if not (on_step or on_epoch):
-            raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing.")
+            raise MisconfigurationException(
+                f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing."
+            )
         if add_dataloader_idx and self.num_dataloaders > 1 and self.dataloader_idx is not None:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         both = on_step and on_epoch  # then the keys are name_step and name_epoch
@@ -172,7 +176,7 @@ class Results:
         if entry is None:
             entry = self.epoch_values[epoch_key] = _EpochValue(fx, sync, metric=value if is_metric else None)
         if not is_metric:
-            entry.add(as_scalar(value, name), batch_size if batch_size is not None else _infer_batch_size(self.batch))
+            entry.add(as_scalar(value, name), batch_size if batch_size is not None else extract_batch_size(self.batch))
 
     def per_loader(self, metrics: dict[str, float]) -> list[dict[str, float]]:
         """Lightning's results of an evaluation: the i-th dict holds what was logged while loader i ran, and
@@ -271,7 +275,9 @@ def as_scalar(value: Any, name: str) -> torch.Tensor:
     half precision) in ``default_float()``, numbers too."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"self.log({name!r}) expects a scalar, got a tensor of shape {tuple(value.shape)}.")
+            raise MisconfigurationException(
+                f"self.log({name!r}) expects a scalar, got a tensor of shape {tuple(value.shape)}."
+            )
         value = value.detach().reshape(())
         return value if value.dtype in (torch.float32, torch.float64) else value.to(default_float())
     if isinstance(value, bool | int | float):
@@ -281,7 +287,7 @@ def as_scalar(value: Any, name: str) -> torch.Tensor:
     )
 
 
-def _infer_batch_size(batch: Any) -> int:
+def extract_batch_size(batch: Any) -> int:
     """Size of the first dimension of the first tensor in the batch (1 if none)."""
     from lightning_utilities.core.apply_func import apply_to_collection
 

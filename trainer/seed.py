@@ -11,6 +11,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from trainer.exceptions import MisconfigurationException
+
 
 def seed_everything(seed: int, workers: bool = True) -> int:
     """Seed python, numpy and torch (CPU and every CUDA device); returns the seed.
@@ -19,7 +21,7 @@ def seed_everything(seed: int, workers: bool = True) -> int:
     (PyTorch already seeds each worker with ``base_seed + worker_id``).
     """
     if not isinstance(seed, int) or not (0 <= seed < 2**32):
-        raise ValueError(f"seed={seed!r} must be an int in [0, 2**32).")
+        raise MisconfigurationException(f"seed={seed!r} must be an int in [0, 2**32).")
     os.environ["PL_GLOBAL_SEED"] = str(seed)
     os.environ["STEADYTRAIN_SEED"] = str(seed)
     os.environ["STEADYTRAIN_SEED_WORKERS"] = str(int(workers))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.flags as flags
-from trainer.accelerators import select_strategy
+from trainer.accelerators import Accelerator, accelerator_for, select_strategy
 from trainer.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.callbacks.base import Callback
 from trainer.callbacks.defaults import checkpointing_last, with_defaults
@@ -25,10 +25,10 @@ from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
-from trainer.loops.trainer_state import TrainerState
 from trainer.metric_log import MetricLog
 from trainer.precision import Precision, build_precision
 from trainer.profilers import Profiler, build_profiler
+from trainer.states import TrainerState
 from trainer.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class Trainer:
 
     def __init__(
         self,
-        accelerator: str = "auto",
+        accelerator: str | Accelerator = "auto",
         devices: int | str | list[int] = "auto",
         strategy: str | Strategy = "auto",
         num_nodes: int = 1,
@@ -156,6 +156,7 @@ class Trainer:
         self.val_check_interval = flags.check_val_check_interval(val_check_interval)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
+        self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
         self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
         self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
@@ -415,14 +416,15 @@ class Trainer:
         self.should_stop = False
         self.state.start(fn)
 
-    def release(self) -> None:
-        """A stage ended: drop what it no longer needs (graph heads, DataLoader worker processes)."""
+    def release(self, interrupted: bool = False) -> None:
+        """A stage ended (``interrupted``: by an exception): drop what it no longer needs (graph heads, DataLoader
+        worker processes)."""
         from trainer.data.loaders import shut_down_workers
 
         self.fit_loop.release()
         shut_down_workers([self.fit_loop.train_dataloader, *self.fit_loop.val_loop.loaders])
         shut_down_workers([*self.validate_loop.loaders, *self.test_loop.loaders, *self.predict_loop.loaders])
-        self.state.end()
+        self.state.end(interrupted)
 
     def set_callbacks(self, callbacks: list[Callback]) -> None:
         self.callbacks = checkpointing_last(callbacks)
@@ -495,6 +497,6 @@ class Trainer:
         """
         from trainer.checkpoint.state import build_checkpoint
 
-        if self.state.fn == "fit" and self.fit_loop.step is not None:
+        if self.state.running_now and self.state.fn == "fit" and self.fit_loop.step is not None:
             self.fit_loop.step.check_nonfinite()
         self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))

@@ -5,7 +5,7 @@ from typing import Any
 
 from trainer.callbacks.base import Callback
 from trainer.callbacks.checkpoint import ModelCheckpoint
-from trainer.callbacks.early_stopping import EarlyStopping
+from trainer.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from trainer.callbacks.model_summary import ModelSummary
 from trainer.callbacks.progress import ProgressBar, TQDMProgressBar
 
@@ -38,6 +38,7 @@ __all__ = [
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",
+    "EarlyStoppingReason",
     "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateMonitor",

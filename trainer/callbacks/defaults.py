@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 
 def with_defaults(
@@ -30,19 +31,19 @@ def with_defaults(
     if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
         given.append(ModelCheckpoint())
     if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):
-        raise ValueError("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
+        raise MisconfigurationException("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
-        raise ValueError(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
+        raise MisconfigurationException(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
     if len(bars) > 1:
-        raise ValueError(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
+        raise MisconfigurationException(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
     if progress and not bars:
         given.append(TQDMProgressBar())
     if summary and not any(isinstance(cb, ModelSummary) for cb in given):
         given.append(ModelSummary())
     if max_time is not None:
         if any(isinstance(cb, Timer) for cb in given):
-            raise ValueError("max_time= and a Timer in callbacks= both set a time limit: keep one.")
+            raise MisconfigurationException("max_time= and a Timer in callbacks= both set a time limit: keep one.")
         given.append(Timer(duration=max_time, interval="step"))
     return checkpointing_last(given)
 

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView as Trainer
+
+
+class EarlyStoppingReason(Enum):
+    """Why ``EarlyStopping`` stopped the run (``early_stopping.stopping_reason``), Lightning's values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -37,9 +49,11 @@ class EarlyStopping(Callback):
         log_rank_zero_only: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
-            raise ValueError(f"EarlyStopping(mode={mode!r}): choose 'min' or 'max'.")
+            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): choose 'min' or 'max'.")
         if patience < 0 or min_delta < 0:
-            raise ValueError(f"EarlyStopping(patience={patience!r}, min_delta={min_delta!r}) must both be >= 0.")
+            raise MisconfigurationException(
+                f"EarlyStopping(patience={patience!r}, min_delta={min_delta!r}) must both be >= 0."
+            )
         self.monitor = monitor
         self.min_delta = min_delta
         self.patience = patience
@@ -54,6 +68,7 @@ class EarlyStopping(Callback):
         self.wait_count = 0
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopped_epoch = 0
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
 
     @property
@@ -111,14 +126,17 @@ class EarlyStopping(Callback):
         self.stopping_reason_message = None
         worse = (lambda a, b: a > b) if self.mode == "min" else (lambda a, b: a < b)
         if self.check_finite and not math.isfinite(score):
+            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
             self.stopping_reason_message = f"{self.monitor}={score} is not finite."
             return True
         if self.stopping_threshold is not None and not worse(score, self.stopping_threshold):
+            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
             self.stopping_reason_message = (
                 f"{self.monitor}={score:.6g} reached stopping_threshold {self.stopping_threshold}."
             )
             return True
         if self.divergence_threshold is not None and worse(score, self.divergence_threshold):
+            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
             self.stopping_reason_message = (
                 f"{self.monitor}={score:.6g} is worse than divergence_threshold {self.divergence_threshold}."
             )
@@ -132,7 +150,10 @@ class EarlyStopping(Callback):
             f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} checks "
             f"(best {self.best_score:.6g})."
         )
-        return self.wait_count >= self.patience
+        if self.wait_count < self.patience:
+            return False
+        self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
+        return True
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -140,9 +161,13 @@ class EarlyStopping(Callback):
             "best_score": self.best_score,
             "stopped_epoch": self.stopped_epoch,
             "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = state_dict["wait_count"]
         self.best_score = state_dict["best_score"]
         self.stopped_epoch = state_dict["stopped_epoch"] or 0
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")

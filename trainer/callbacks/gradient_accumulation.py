@@ -14,6 +14,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -31,9 +32,9 @@ class GradientAccumulationScheduler(Callback):
             )
         keys, values = list(scheduling), list(scheduling.values())
         if any(not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in keys):
-            raise ValueError(f"Epoch should be an int greater than or equal to 0. Got {keys}.")
+            raise MisconfigurationException(f"Epoch should be an int greater than or equal to 0. Got {keys}.")
         if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
-            raise ValueError(f"Accumulation factor should be an int greater than 0. Got {values}.")
+            raise MisconfigurationException(f"Accumulation factor should be an int greater than 0. Got {values}.")
         self.scheduling = {0: 1, **scheduling}  # Lightning's default before the first key (a copy: theirs is mutated)
         self.epochs = sorted(self.scheduling)
         self._set: int | None = None  # the factor this callback last put on the Trainer
@@ -52,7 +53,7 @@ class GradientAccumulationScheduler(Callback):
             )
         given = trainer.accumulate_grad_batches
         if given != 1 and given != self._set:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"Trainer(accumulate_grad_batches={given}) and a GradientAccumulationScheduler both set the "
                 "accumulation: remove accumulate_grad_batches from the Trainer or remove the callback."
             )

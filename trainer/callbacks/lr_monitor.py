@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -53,7 +54,7 @@ class LearningRateMonitor(Callback):
         log_key_prefix: str | None = None,
     ) -> None:
         if logging_interval not in _INTERVALS:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}): choose 'step', 'epoch' or None."
             )
         self.logging_interval = logging_interval
@@ -67,7 +68,7 @@ class LearningRateMonitor(Callback):
     # ---- hooks --------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not trainer.loggers:
-            raise ValueError(
+            raise MisconfigurationException(
                 "LearningRateMonitor needs a logger to write to, and this Trainer has none (logger=False). "
                 "Pass a logger (e.g. Trainer(logger=True) or a CSVLogger), or remove the callback."
             )
@@ -162,7 +163,9 @@ class LearningRateMonitor(Callback):
         labels = [group.get("name", f"pg{i}") for i, group in enumerate(groups, start=1)]
         duplicated = sorted({label for label in labels if labels.count(label) > 1})
         if duplicated:
-            raise ValueError(f"{base}: parameter groups of one optimizer need distinct names; {duplicated} repeat.")
+            raise MisconfigurationException(
+                f"{base}: parameter groups of one optimizer need distinct names; {duplicated} repeat."
+            )
         if len(groups) > 1:
             names = [f"{base}/{label}" for label in labels]
         else:

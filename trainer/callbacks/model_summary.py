@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -178,7 +179,7 @@ def summarize(module: nn.Module, max_depth: int = 1, example_input: Any = None) 
     ``module(*x)`` for a list or tuple, ``module(**x)`` for a dict, else ``module(x)``.
     """
     if not isinstance(max_depth, int) or max_depth < -1:
-        raise ValueError(f"max_depth={max_depth!r}: use -1 (every layer), 0 (none) or a depth >= 1.")
+        raise MisconfigurationException(f"max_depth={max_depth!r}: use -1 (every layer), 0 (none) or a depth >= 1.")
     if example_input is None:
         example_input = _module_example(module)
     layers = _layers(module, max_depth)
@@ -235,7 +236,9 @@ class ModelSummary(Callback):
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
         if not isinstance(max_depth, int) or max_depth < -1:
-            raise ValueError(f"ModelSummary(max_depth={max_depth!r}): use -1 (every layer), 0 (off) or a depth >= 1.")
+            raise MisconfigurationException(
+                f"ModelSummary(max_depth={max_depth!r}): use -1 (every layer), 0 (off) or a depth >= 1."
+            )
         self._max_depth = max_depth
         self._summarize_kwargs = summarize_kwargs
 

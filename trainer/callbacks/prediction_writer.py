@@ -14,6 +14,7 @@ from torch.utils.data import BatchSampler, SequentialSampler
 
 from trainer.callbacks.base import Callback
 from trainer.data import EvalShardSampler
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -52,7 +53,9 @@ class BasePredictionWriter(Callback):
     def __init__(self, write_interval: Literal["batch", "epoch", "batch_and_epoch"] = "batch") -> None:
         choices = [i.value for i in WriteInterval]
         if write_interval not in choices:
-            raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}): choose one of {choices}.")
+            raise MisconfigurationException(
+                f"BasePredictionWriter(write_interval={write_interval!r}): choose one of {choices}."
+            )
         self.interval = WriteInterval(write_interval)
         self._predictions: list[list[Any]] = []
         self._epoch_indices: list[list[list[int]]] = []

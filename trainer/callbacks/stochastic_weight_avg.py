@@ -20,6 +20,7 @@ from torch import nn
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -107,9 +108,11 @@ class StochasticWeightAveraging(Callback):
     # ---- hooks --------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         if len(trainer.optimizers) != 1:
-            raise ValueError(f"StochasticWeightAveraging works with one optimizer; got {len(trainer.optimizers)}.")
+            raise MisconfigurationException(
+                f"StochasticWeightAveraging works with one optimizer; got {len(trainer.optimizers)}."
+            )
         if len(trainer.lr_scheduler_configs) > 1:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"StochasticWeightAveraging replaces at most one LR scheduler; got {len(trainer.lr_scheduler_configs)}."
             )
         self._max_epochs = trainer.max_epochs
@@ -220,7 +223,7 @@ def _start_epoch(swa_epoch_start: int | float, max_epochs: int | None) -> int:
     """The 0-based first averaged epoch: ``swa_epoch_start - 1``, a fraction being of ``max_epochs``."""
     if isinstance(swa_epoch_start, float):
         if max_epochs is None:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"StochasticWeightAveraging(swa_epoch_start={swa_epoch_start}) is a fraction of max_epochs, which is "
                 "not set; give the epoch as an int."
             )
@@ -233,12 +236,16 @@ def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, annealing_strategy: str
         (isinstance(swa_epoch_start, int) and swa_epoch_start >= 1)
         or (isinstance(swa_epoch_start, float) and 0 <= swa_epoch_start <= 1)
     ):
-        raise ValueError(f"swa_epoch_start={swa_epoch_start!r}: give an epoch >= 1 or a fraction between 0 and 1.")
+        raise MisconfigurationException(
+            f"swa_epoch_start={swa_epoch_start!r}: give an epoch >= 1 or a fraction between 0 and 1."
+        )
     lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
     if not lrs or not all(isinstance(lr, float) and lr > 0 for lr in lrs):
-        raise ValueError(f"swa_lrs={swa_lrs!r}: give a positive float, or a list of them (one per parameter group).")
+        raise MisconfigurationException(
+            f"swa_lrs={swa_lrs!r}: give a positive float, or a list of them (one per parameter group)."
+        )
     if annealing_strategy not in ("cos", "linear"):
-        raise ValueError(f"annealing_strategy={annealing_strategy!r}: choose 'cos' or 'linear'.")
+        raise MisconfigurationException(f"annealing_strategy={annealing_strategy!r}: choose 'cos' or 'linear'.")
     if avg_fn is not None and not callable(avg_fn):
         raise TypeError(f"avg_fn must be callable; got {type(avg_fn).__name__}.")
     if device is not None and not isinstance(device, torch.device | str):

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -29,7 +30,7 @@ def parse_duration(duration: str | timedelta | dict[str, int] | None) -> timedel
         return timedelta(**duration)
     match = _DURATION.fullmatch(duration.strip()) if isinstance(duration, str) else None
     if match is None:
-        raise ValueError(
+        raise MisconfigurationException(
             f"Timer(duration={duration!r}) is not a duration: give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a "
             "datetime.timedelta, or a dict of timedelta keywords such as {'hours': 12}."
         )
@@ -52,7 +53,7 @@ class Timer(Callback):
         verbose: bool = True,
     ) -> None:
         if interval not in ("step", "epoch"):
-            raise ValueError(f"Timer(interval={interval!r}): choose 'step' or 'epoch'.")
+            raise MisconfigurationException(f"Timer(interval={interval!r}): choose 'step' or 'epoch'.")
         limit = parse_duration(duration)
         self._duration = limit.total_seconds() if limit is not None else None
         self._interval = interval
@@ -154,5 +155,5 @@ class Timer(Callback):
 
 def _stage(stage: str) -> str:
     if stage not in STAGES:
-        raise ValueError(f"Timer: unknown stage {stage!r}; the stages are {', '.join(STAGES)}.")
+        raise MisconfigurationException(f"Timer: unknown stage {stage!r}; the stages are {', '.join(STAGES)}.")
     return stage

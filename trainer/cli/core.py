@@ -24,6 +24,7 @@ from trainer.callbacks.base import Callback
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
 from trainer.datamodule import DataModule
+from trainer.exceptions import MisconfigurationException
 from trainer.module import Module
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
@@ -146,7 +147,9 @@ class CLI:
         try:
             parser.set_defaults(defaults)
         except (KeyError, ValueError) as err:  # a typo or a bare instance: a bug in the script, not in the flags
-            raise ValueError(f"trainer_defaults: {err} (give objects as jsonargparse.lazy_instance)") from err
+            raise MisconfigurationException(
+                f"trainer_defaults: {err} (give objects as jsonargparse.lazy_instance)"
+            ) from err
         parser.add_lightning_class_args(self.model_class or Module, "model", subclass_mode=self.subclass_mode_model)
         required = self.datamodule_class is not None  # without one, the model's own loaders may serve
         data_class = self.datamodule_class or DataModule
@@ -257,7 +260,7 @@ class CLI:
         scheduler_keys = optimizers.automatic_keys(parser.lr_schedulers, optimizers.LR_SCHEDULER_TYPES)
         if len(optimizer_keys) > 1 or len(scheduler_keys) > 1:
             automatic = optimizer_keys + scheduler_keys
-            raise ValueError(
+            raise MisconfigurationException(
                 f"at most one optimizer and one LR scheduler group can be AUTOMATIC; got {automatic}: give the "
                 "others a link_to and write configure_optimizers yourself."
             )
@@ -349,7 +352,7 @@ def _exported_seed() -> int:
             try:
                 return int(os.environ[name])
             except ValueError:
-                raise ValueError(f"{name}={os.environ[name]!r} is not an integer seed.") from None
+                raise MisconfigurationException(f"{name}={os.environ[name]!r} is not an integer seed.") from None
     return 0
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from jsonargparse import Namespace
 
 from trainer.callbacks.base import Callback
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from jsonargparse import ArgumentParser
@@ -42,7 +43,9 @@ class SaveConfigCallback(Callback):
         save_to_log_dir: bool = True,
     ) -> None:
         if not save_to_log_dir and type(self).save_config is SaveConfigCallback.save_config:
-            raise ValueError("save_to_log_dir=False saves nothing unless a subclass overrides save_config().")
+            raise MisconfigurationException(
+                "save_to_log_dir=False saves nothing unless a subclass overrides save_config()."
+            )
         self.parser = parser
         self.config = config
         self.config_filename = config_filename

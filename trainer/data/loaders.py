@@ -10,6 +10,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from trainer.exceptions import MisconfigurationException
+
 # DataLoader settings carried over when a loader is rebuilt (those this torch version accepts).
 _SETTINGS = (
     "num_workers",
@@ -76,13 +78,15 @@ def num_batches(loader: Iterable[Any], limit: int | float | None = None) -> int 
         return total
     if isinstance(limit, int):
         if limit < 0:
-            raise ValueError(f"a batch limit must be >= 0, got {limit}")
+            raise MisconfigurationException(f"a batch limit must be >= 0, got {limit}")
         return min(limit, total)
     if not 0.0 <= limit <= 1.0:
-        raise ValueError(f"a float batch limit is a fraction in [0.0, 1.0], got {limit}")
+        raise MisconfigurationException(f"a float batch limit is a fraction in [0.0, 1.0], got {limit}")
     if math.isinf(total):
         if limit not in (0.0, 1.0):
-            raise ValueError(f"a fraction limit ({limit}) needs a loader with __len__; pass an int instead")
+            raise MisconfigurationException(
+                f"a fraction limit ({limit}) needs a loader with __len__; pass an int instead"
+            )
         return total if limit == 1.0 else 0
     return int(total * limit)
 

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
+from trainer.exceptions import MisconfigurationException
 from trainer.seed import isolate_rng
 
 if TYPE_CHECKING:
@@ -111,8 +112,10 @@ def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, w
     check_shardable(loader, world_size, use_distributed_sampler, what)
     if has_len(loader) and len(loader) == 0:
         if isinstance(loader, DataLoader):
-            raise ValueError(f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size.")
-        raise ValueError(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
+            raise MisconfigurationException(
+                f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size."
+            )
+        raise MisconfigurationException(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
 
 
 def resolve_loaders(
@@ -145,7 +148,7 @@ def resolve_loaders(
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":
         if primary is None:
-            raise ValueError("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+            raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
         if val is None and callable(getattr(source, "val_dataloader", None)):
             val = source.val_dataloader()
         _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")
@@ -155,7 +158,7 @@ def resolve_loaders(
         return primary, vals
     loaders = _as_list(primary, stage)
     if not loaders:
-        raise ValueError(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
+        raise MisconfigurationException(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
     for loader in loaders:
         _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
     return loaders, []

@@ -16,6 +16,7 @@ from typing_extensions import override
 from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
 from trainer.data.sample_seeds import KeyedSampler
 from trainer.data.sharding import DistributedSamplerWrapper
+from trainer.exceptions import MisconfigurationException
 
 
 class _SkipBatches(Sampler[Any]):
@@ -126,7 +127,9 @@ def restore_epoch_rng(loader: Iterable[Any], state: dict[str, torch.Tensor]) -> 
     gens = _epoch_generators(loader)
     for key, gen in gens.items():
         if (key in state) != (gen is not None):
-            raise ValueError(f"saved epoch RNG and loader disagree on {key!r}: was the loader rebuilt differently?")
+            raise MisconfigurationException(
+                f"saved epoch RNG and loader disagree on {key!r}: was the loader rebuilt differently?"
+            )
     torch.set_rng_state(state["global"])
     for key, gen in gens.items():
         if gen is not None:
@@ -164,11 +167,13 @@ def skip_batches(loader: Iterable[Any], num_batches: int, reused_workers: bool =
     iterated with the same global RNG (the only RNG the Trainer restores for it).
     """
     if num_batches < 0:
-        raise ValueError(f"num_batches must be >= 0, got {num_batches}")
+        raise MisconfigurationException(f"num_batches must be >= 0, got {num_batches}")
     if not isinstance(loader, DataLoader):
         return _SkipIterable(loader, num_batches)
     if isinstance(loader.dataset, IterableDataset):
-        raise ValueError("cannot skip batches of an IterableDataset without reading them; make it resumable")
+        raise MisconfigurationException(
+            "cannot skip batches of an IterableDataset without reading them; make it resumable"
+        )
     settings = rebuild_settings(loader)
     if reused_workers:
         settings["generator"] = torch.Generator()

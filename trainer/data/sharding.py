@@ -26,6 +26,7 @@ from torch.utils.data import (
 
 from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
 from trainer.data.shuffle import Agree, SharedShuffle
+from trainer.exceptions import MisconfigurationException
 
 
 class DistributedSamplerWrapper(Sampler[int]):
@@ -86,7 +87,7 @@ def _rebuild(loader: DataLoader, sampler: Iterable[Any], batch_size: int | None,
 
 def _check_rank(num_replicas: int, rank: int) -> None:
     if not 0 <= rank < num_replicas:
-        raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        raise MisconfigurationException(f"rank must be in [0, {num_replicas}), got {rank}")
 
 
 def _check_room(n: int, num_replicas: int, batch_size: int | None, drop_last: bool, padded: bool) -> None:
@@ -96,7 +97,7 @@ def _check_room(n: int, num_replicas: int, batch_size: int | None, drop_last: bo
         got = math.ceil(n / num_replicas) if padded else real
         if real == 0 or (drop_last and batch_size is not None and got < batch_size):
             hint = " (drop_last=True)" if drop_last else ""
-            raise ValueError(
+            raise MisconfigurationException(
                 f"dataset of {n} samples across {num_replicas} ranks with batch_size {batch_size}"
                 f"{hint} leaves rank {r} with nothing; use fewer ranks, a smaller batch or more data"
             )
@@ -137,7 +138,7 @@ def check_shardable(loader: Iterable[Any], num_replicas: int, use_distributed_sa
     rank the same batches, silently training on duplicates and counting metrics several times.
     """
     if num_replicas > 1 and use_distributed_sampler and not isinstance(loader, DataLoader):
-        raise ValueError(
+        raise MisconfigurationException(
             f"the {what} loader ({type(loader).__name__}) is not a DataLoader, so the Trainer cannot shard it "
             f"across {num_replicas} ranks; pass a DataLoader (the Trainer then gives each rank its share with a "
             "distributed sampler), or give each rank its own share yourself and pass use_distributed_sampler=False"
@@ -185,7 +186,7 @@ def prepare_train_loader(
         return loader
     _check_rank(num_replicas, rank)
     if _has_custom_batch_sampler(loader):
-        raise ValueError(
+        raise MisconfigurationException(
             f"cannot shard the custom batch_sampler {type(loader.batch_sampler).__name__} across "
             f"{num_replicas} ranks; set use_distributed_sampler=False and shard it yourself"
         )

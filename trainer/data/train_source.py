@@ -26,6 +26,7 @@ from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import prepare_train_loader, unshuffled
+from trainer.exceptions import MisconfigurationException
 from trainer.seed import rng_state, set_rng_state
 from trainer.signals import start_iterator
 
@@ -187,7 +188,9 @@ class TrainSource:
         self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
         self.num_batches = num_batches(self.loader, trainer.limits["train"])
         if self.num_batches == 0:
-            raise ValueError("the training DataLoader yields no batches (empty dataset or limit_train_batches=0).")
+            raise MisconfigurationException(
+                "the training DataLoader yields no batches (empty dataset or limit_train_batches=0)."
+            )
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
         saved, restarts = self.saved_layout, False
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
@@ -216,7 +219,7 @@ class TrainSource:
             )
             self.epoch_rng = {}
             return True
-        raise ValueError(
+        raise MisconfigurationException(
             f"{self.resumed_from} was saved in the middle of epoch {progress.epoch}, after {progress.batches_done} of "
             f"its batches, but the training data changed since: {what}. That position would skip or repeat samples. "
             "Resume from a checkpoint taken at an epoch's end, or pass Trainer(on_data_change='restart_epoch') to "

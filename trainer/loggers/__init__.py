@@ -9,13 +9,24 @@ from trainer.loggers.base import Logger
 
 _LAZY = {
     "CSVLogger": "trainer.loggers.csv",
+    "DummyExperiment": "trainer.loggers.dummy",
     "DummyLogger": "trainer.loggers.dummy",
+    "ExperimentWriter": "trainer.loggers.csv_experiment",
     "MLFlowLogger": "trainer.loggers.mlflow",
     "TensorBoardLogger": "trainer.loggers.tensorboard",
     "WandbLogger": "trainer.loggers.wandb",
 }
 
-__all__ = ["CSVLogger", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
+__all__ = [
+    "CSVLogger",
+    "DummyExperiment",
+    "DummyLogger",
+    "ExperimentWriter",
+    "Logger",
+    "MLFlowLogger",
+    "TensorBoardLogger",
+    "WandbLogger",
+]
 
 
 def __getattr__(name: str) -> Any:

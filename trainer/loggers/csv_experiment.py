@@ -12,6 +12,9 @@ from trainer.loggers.folder import FolderLogger
 class CSVExperiment:
     """What ``self.logger.experiment`` is under a ``CSVLogger``: rows of numbers, nothing drawn."""
 
+    NAME_METRICS_FILE = "metrics.csv"
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
     def __init__(self, logger: FolderLogger) -> None:
         self._logger = logger
 
@@ -43,3 +46,6 @@ class CSVExperiment:
             "steadytrain[tensorboard]): then Trainer(logger=True), the default, is a TensorBoardLogger, as in "
             "Lightning; or pass logger=TensorBoardLogger(...)."
         )
+
+
+ExperimentWriter = CSVExperiment  # Lightning's name (``loggers.csv_logs.ExperimentWriter``)

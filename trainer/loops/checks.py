@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.exceptions import MisconfigurationException
+
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView
@@ -76,12 +78,12 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
     if module.automatic_optimization:
         return
     if trainer.accumulate_grad_batches != 1:
-        raise ValueError(
+        raise MisconfigurationException(
             f"accumulate_grad_batches={trainer.accumulate_grad_batches} has no effect with manual optimization "
             "(automatic_optimization=False): accumulate in training_step by stepping the optimizer every N batches."
         )
     if trainer.gradient_clip_val is not None:
-        raise ValueError(
+        raise MisconfigurationException(
             "gradient_clip_val has no effect with manual optimization (automatic_optimization=False): call "
             "self.clip_gradients(optimizer, gradient_clip_val=..., gradient_clip_algorithm=...) before "
             "optimizer.step() in training_step."
@@ -90,7 +92,7 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
 
 def check_optimizers(module: Module, optimizers: list[Any]) -> None:
     if module.automatic_optimization and len(optimizers) > 1:
-        raise ValueError(
+        raise MisconfigurationException(
             f"configure_optimizers() returned {len(optimizers)} optimizers, but automatic optimization steps one on "
             "the loss training_step returns (both would step on the same loss). Set "
             "self.automatic_optimization = False in __init__ and step each optimizer in training_step "

@@ -24,6 +24,7 @@ import torch
 
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
+from trainer.exceptions import MisconfigurationException
 from trainer.loops.checks import check_fit, check_optimizers, check_output_folders, warn_logging_gap
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit_validation import FitValidation
@@ -252,7 +253,7 @@ class FitLoop:
             if progress.global_step >= max_steps or (trainer.should_stop and self._can_stop()):
                 return batch_idx + 1 >= limit
         if batch_idx < 0:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"the training loader yielded no batch in epoch {progress.epoch}. A generator or iterator is used up "
                 "after one pass: pass a list of batches, a DataLoader, or an object whose __iter__ starts over."
             )

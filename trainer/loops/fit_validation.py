@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
+from trainer.exceptions import MisconfigurationException
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.seed import isolate_rng
 
@@ -78,7 +79,7 @@ def val_check_batch(interval: int | float, num_batches: int | float, every_n_epo
     """Training batches between validations (Lightning's ``val_check_batch``)."""
     if isinstance(interval, int) and not isinstance(interval, bool):
         if math.isfinite(num_batches) and interval > num_batches and every_n_epochs is not None:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"val_check_interval={interval} is more than the {int(num_batches)} training batches of an epoch; "
                 "validate less often with check_val_every_n_epoch, or count across epochs with "
                 "check_val_every_n_epoch=None."
@@ -86,7 +87,7 @@ def val_check_batch(interval: int | float, num_batches: int | float, every_n_epo
         return interval
     if math.isinf(num_batches):
         if interval != 1.0:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no length; "
                 "give an int (every N batches) or 1.0 (at the end of the data)."
             )

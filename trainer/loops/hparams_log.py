@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainer.exceptions import MisconfigurationException
+
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView
@@ -30,7 +32,7 @@ def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
     extra = dict(datamodule.hparams_initial)
     clash = sorted(k for k in logged.keys() & extra.keys() if logged[k] != extra[k])
     if clash:
-        raise ValueError(
+        raise MisconfigurationException(
             f"the hyper-parameters {clash} are saved by both {type(module).__name__} and {type(datamodule).__name__} "
             "with different values; rename one, or save_hyperparameters(ignore=...) it in one of them."
         )

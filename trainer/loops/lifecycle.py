@@ -67,7 +67,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         raise
     finally:
         _report_profile(trainer, fn)
-        trainer.release()
+        trainer.release(interrupted=status != "success")
         hooks.call(trainer, "teardown", fn)
         if datamodule is not None and callable(getattr(datamodule, "teardown", None)):
             datamodule.teardown(fn)

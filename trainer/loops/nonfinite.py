@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from trainer.exceptions import MisconfigurationException
+
 CHUNK = 64  # losses kept before they are folded on the device into the first bad index
 NONE = 2**62  # "no non-finite loss yet" as a device-side index
 
@@ -128,9 +130,11 @@ def check_loss(output: Any, step: int) -> None:
             f"at global step {step}. (With automatic_optimization=False it may return None.)"
         )
     if loss.numel() != 1:
-        raise ValueError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar.")
+        raise MisconfigurationException(
+            f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar."
+        )
     if not loss.requires_grad:
-        raise ValueError(
+        raise MisconfigurationException(
             "training_step returned a loss that does not require grad (was it computed under no_grad, or detached?)."
         )
 

@@ -28,7 +28,7 @@ def explain_out_of_memory(trainer: TrainerView, exc: BaseException) -> torch.Out
     shapes = batch_shapes(batch) if batch is not None else "not known (outside a step)"
     device = trainer.strategy.root_device
     return torch.OutOfMemoryError(
-        f"out of memory in stage {stage!r} at epoch {trainer.current_epoch}, global step {trainer.global_step}; "
+        f"out of memory in stage '{stage}' at epoch {trainer.current_epoch}, global step {trainer.global_step}; "
         f"batch: {shapes}; {memory_report(device)}. Lower the batch size, use precision='bf16-mixed', or "
         f"accumulate_grad_batches. The run's checkpoints were left as they were. torch said: {exc}"
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.loops.hooks as hooks
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.optim import SchedulerConfig
@@ -111,9 +112,11 @@ class Optimization:
             return
         algorithm = algorithm or "norm"
         if algorithm not in CLIP_ALGORITHMS:
-            raise ValueError(f"gradient_clip_algorithm={algorithm!r}: choose one of {', '.join(CLIP_ALGORITHMS)}.")
+            raise MisconfigurationException(
+                f"gradient_clip_algorithm={algorithm!r}: choose one of {', '.join(CLIP_ALGORITHMS)}."
+            )
         if value <= 0:
-            raise ValueError(f"gradient_clip_val={value!r} must be > 0.")
+            raise MisconfigurationException(f"gradient_clip_val={value!r} must be > 0.")
         self.trainer.precision.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         self.trainer.strategy.clip_gradients(params, value, algorithm)

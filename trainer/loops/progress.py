@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from trainer.exceptions import MisconfigurationException
+
 
 @dataclass
 class Progress:
@@ -98,7 +100,7 @@ class Progress:
         names = {f.name for f in fields(self)}
         unknown = set(state) - names
         if unknown:
-            raise ValueError(f"the checkpoint's loop progress has unknown keys {sorted(unknown)}")
+            raise MisconfigurationException(f"the checkpoint's loop progress has unknown keys {sorted(unknown)}")
         for key, value in state.items():
             setattr(self, key, value)
         if self.epoch_finished:

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.exceptions import MisconfigurationException
 from trainer.loops.evaluation import EvalStage, EvaluationLoop
 from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import STAGE_NAMES, running
@@ -62,14 +63,14 @@ def _run_evaluation(
     from trainer.data.resolve import is_datamodule, resolve_loaders
 
     fn = STAGE_NAMES[stage]
-    if trainer.state.fn is not None:
+    if trainer.state.running_now:
         raise RuntimeError(
             f"Trainer.{fn}() was called while Trainer.{trainer.state.fn}() runs (from a hook or step?). To "
             "validate during training use Trainer(val_check_interval=...); otherwise call it after fit returns."
         )
     module = model if model is not None else trainer.module
     if module is None:
-        raise ValueError(f"Trainer.{fn}() needs a model: pass one, or call it after fit(model).")
+        raise MisconfigurationException(f"Trainer.{fn}() needs a model: pass one, or call it after fit(model).")
     step = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
     if not callable(getattr(module, step, None)):
         raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
@@ -121,7 +122,7 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
         callback = trainer.checkpoint_callback
         best = callback.best_model_path if callback is not None else ""
         if not best:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"Trainer.{fn}(ckpt_path='best') found no best checkpoint: fit with a ModelCheckpoint first, or "
                 "pass a path."
             )

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from trainer.exceptions import SIGTERMException
+
 if TYPE_CHECKING:
     from trainer.loops.progress import Progress
     from trainer.strategies.base import Strategy
@@ -83,4 +85,6 @@ class StopSignal:
             )
         if name == "SIGINT":
             raise KeyboardInterrupt
+        if name == "SIGTERM":
+            raise SIGTERMException(0)  # a SystemExit: the process ends with status 0, as before
         raise SystemExit(0)

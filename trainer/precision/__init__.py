@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 
+from trainer.exceptions import MisconfigurationException
 from trainer.precision.amp import MixedPrecision
 from trainer.precision.base import Precision
 from trainer.precision.half import HalfPrecision
@@ -22,13 +23,15 @@ def build_precision(precision: str | int | Precision, device_type: str) -> Preci
         return precision
     name = _ALIASES.get(precision, precision)
     if name not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)}.")
+        raise MisconfigurationException(
+            f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)}."
+        )
     if name == "32-true":
         return Precision()
     if name in ("16-true", "bf16-true"):
         return HalfPrecision(str(name))
     if device_type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"precision={name!r} has no autocast for device type {device_type!r}.")
+        raise MisconfigurationException(f"precision={name!r} has no autocast for device type {device_type!r}.")
     if name == "16-mixed" and device_type == "cpu":
         warnings.warn(
             "precision='16-mixed' on CPU: most CPUs emulate float16, which runs many times slower than fp32 "

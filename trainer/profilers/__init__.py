@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.exceptions import MisconfigurationException
 from trainer.profilers.base import PassThroughProfiler, Profiler
 from trainer.profilers.simple import AdvancedProfiler, SimpleProfiler
 
@@ -28,7 +29,9 @@ def build_profiler(profiler: str | Profiler | None) -> Profiler | None:
         from trainer.profilers.torch_profiler import PyTorchProfiler
 
         return PyTorchProfiler()
-    raise ValueError(f"profiler={profiler!r}: choose one of {', '.join(PROFILERS)}, a Profiler instance, or None.")
+    raise MisconfigurationException(
+        f"profiler={profiler!r}: choose one of {', '.join(PROFILERS)}, a Profiler instance, or None."
+    )
 
 
 def __getattr__(name: str) -> Any:

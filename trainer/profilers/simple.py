@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from trainer.exceptions import MisconfigurationException
 from trainer.profilers.base import Profiler
 
 
@@ -24,13 +25,13 @@ class SimpleProfiler(Profiler):
 
     def start(self, action_name: str) -> None:
         if action_name in self.current_actions:
-            raise ValueError(f"profiler action {action_name!r} was started twice without a stop.")
+            raise MisconfigurationException(f"profiler action {action_name!r} was started twice without a stop.")
         self.current_actions[action_name] = time.monotonic()
 
     def stop(self, action_name: str) -> None:
         begun = self.current_actions.pop(action_name, None)
         if begun is None:
-            raise ValueError(f"profiler action {action_name!r} was stopped without a start.")
+            raise MisconfigurationException(f"profiler action {action_name!r} was stopped without a start.")
         self.recorded_durations[action_name].append(time.monotonic() - begun)
 
     def summary(self) -> str:
@@ -69,7 +70,7 @@ class AdvancedProfiler(Profiler):
     def stop(self, action_name: str) -> None:
         profile = self.profiled_actions.get(action_name)
         if profile is None:
-            raise ValueError(f"profiler action {action_name!r} was stopped without a start.")
+            raise MisconfigurationException(f"profiler action {action_name!r} was stopped without a start.")
         profile.disable()
 
     def summary(self) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from trainer.exceptions import MisconfigurationException
 from trainer.profilers.base import Profiler
 
 
@@ -45,7 +46,7 @@ class PyTorchProfiler(Profiler):
     def stop(self, action_name: str) -> None:
         scope = self._ranges.pop(action_name, None)
         if scope is None:
-            raise ValueError(f"profiler action {action_name!r} was stopped without a start.")
+            raise MisconfigurationException(f"profiler action {action_name!r} was stopped without a start.")
         scope.__exit__(None, None, None)
 
     def teardown(self, stage: str | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from trainer.exceptions import MisconfigurationException
 from trainer.strategies.base import Strategy
 from trainer.strategies.single import SingleDeviceStrategy
 
@@ -21,7 +22,7 @@ def strategy_class(name: str) -> type[Strategy]:
     """The class registered under ``name``, or an error listing the valid names."""
     if name not in STRATEGIES:
         valid = ", ".join(["auto", *STRATEGIES])
-        raise ValueError(f"strategy={name!r} is not a known strategy; choose one of {valid}.")
+        raise MisconfigurationException(f"strategy={name!r} is not a known strategy; choose one of {valid}.")
     module_name, cls_name = STRATEGIES[name].split(":")
     cls: type[Strategy] = getattr(importlib.import_module(module_name), cls_name)
     return cls

@@ -24,6 +24,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.exceptions import MisconfigurationException
 from trainer.strategies.base import Stage
 from trainer.strategies.parallel import ParallelStrategy
 from trainer.strategies.step_wrapper import StepWrapper
@@ -215,7 +216,7 @@ class CPUSyncBatchNorm(_BatchNorm):
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
-            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+            raise MisconfigurationException(f"expected at least 2D input (got {input.dim()}D input)")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.exceptions import MisconfigurationException
 from trainer.strategies.base import Stage, Strategy
 from trainer.strategies.single import SingleDeviceStrategy
 from trainer.strategies.step_wrapper import StepWrapper
@@ -47,12 +48,14 @@ class DataParallelStrategy(SingleDeviceStrategy):
         collective_timeout: timedelta | None = None,
     ) -> None:
         if accelerator != "cuda":
-            raise ValueError(
+            raise MisconfigurationException(
                 "strategy='dp' needs CUDA GPUs (torch.nn.DataParallel); on CPU use strategy='ddp' (gloo) "
                 "with devices=N."
             )
         if num_nodes != 1:
-            raise ValueError(f"strategy='dp' runs in one process on one machine; for num_nodes={num_nodes} use 'ddp'.")
+            raise MisconfigurationException(
+                f"strategy='dp' runs in one process on one machine; for num_nodes={num_nodes} use 'ddp'."
+            )
         Strategy.configure(
             self, accelerator, device_indices, num_nodes, collective_timeout
         )  # several devices are the point
@@ -63,7 +66,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
 
     def check_fit(self, module: nn.Module) -> None:
         if not getattr(module, "automatic_optimization", True):
-            raise ValueError(
+            raise MisconfigurationException(
                 "manual optimization (automatic_optimization=False) cannot run under strategy='dp': each replica "
                 "would step the optimizer. Use strategy='ddp'."
             )

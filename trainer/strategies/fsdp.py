@@ -40,6 +40,7 @@ from torch.distributed.tensor import DTensor
 from trainer.checkpoint import sharded
 from trainer.checkpoint.io import extract_state_dict, strip_prefixes
 from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
+from trainer.exceptions import MisconfigurationException
 from trainer.precision import Precision
 from trainer.strategies.parallel import ParallelStrategy
 
@@ -82,9 +83,11 @@ class FSDPStrategy(ParallelStrategy):
             start_method=start_method,
         )
         if sharding not in ("full", "hybrid"):
-            raise ValueError(f"FSDPStrategy(sharding={sharding!r}): choose 'full' or 'hybrid'.")
+            raise MisconfigurationException(f"FSDPStrategy(sharding={sharding!r}): choose 'full' or 'hybrid'.")
         if state_dict_type not in ("sharded", "full"):
-            raise ValueError(f"FSDPStrategy(state_dict_type={state_dict_type!r}): choose 'sharded' or 'full'.")
+            raise MisconfigurationException(
+                f"FSDPStrategy(state_dict_type={state_dict_type!r}): choose 'sharded' or 'full'."
+            )
         self.min_params_to_shard = min_params_to_shard
         self.reshard_after_forward = reshard_after_forward
         self.offload_policy = _offload_policy(cpu_offload)

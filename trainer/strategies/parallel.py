@@ -28,6 +28,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 import trainer.launch as launch
 import trainer.supervise as supervise
 from trainer import worker_forks
+from trainer.exceptions import MisconfigurationException
 from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
 
 _ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
@@ -57,7 +58,9 @@ class ParallelStrategy(Strategy):
         ``rendezvous_timeout`` bounds waiting for all ranks to join."""
         super().__init__()
         if start_method != "popen":
-            raise ValueError(f"start_method={start_method!r} is not supported; only 'popen' (re-run the script).")
+            raise MisconfigurationException(
+                f"start_method={start_method!r} is not supported; only 'popen' (re-run the script)."
+            )
         self._backend_arg = process_group_backend
         self.backend = process_group_backend or "gloo"
         self._timeout_arg = timeout
@@ -74,12 +77,12 @@ class ParallelStrategy(Strategy):
         collective_timeout: timedelta | None = None,
     ) -> None:
         if accelerator not in ("cpu", "cuda"):
-            raise ValueError(
+            raise MisconfigurationException(
                 f"strategy={self.name!r} runs on accelerator='cpu' (gloo) or 'cuda' (nccl), not {accelerator!r}."
             )
         given = self._timeout_arg
         if given is not None and collective_timeout is not None and given != collective_timeout:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"{type(self).__name__}(timeout={given}) and Trainer(collective_timeout={collective_timeout}) "
                 "disagree; set one of them."
             )
@@ -249,7 +252,7 @@ class ParallelStrategy(Strategy):
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
         """A reduced copy; ``mean`` is sum / world size (so integer input gives a float mean)."""
         if op not in _REDUCE_OPS:
-            raise ValueError(f"op={op!r} is not one of {', '.join(_REDUCE_OPS)}.")
+            raise MisconfigurationException(f"op={op!r} is not one of {', '.join(_REDUCE_OPS)}.")
         result = self._to_comm_device(tensor).clone()
         with self._collective(f"all_reduce({op})"):
             dist.all_reduce(result, op=_REDUCE_OPS[op])

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from trainer.exceptions import MisconfigurationException
 from trainer.strategies.base import ReduceOp, Strategy
 
 
@@ -28,7 +29,7 @@ class SingleDeviceStrategy(Strategy):
         collective_timeout: timedelta | None = None,
     ) -> None:
         if len(device_indices) != 1 or num_nodes != 1:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"strategy='single' runs on one device, but devices={device_indices} and num_nodes={num_nodes}; "
                 "use strategy='ddp' (or 'dp' on CUDA) for several."
             )

@@ -15,6 +15,7 @@ import torch
 
 import trainer.tuner.batch_size as bs
 from trainer.data.resolve import is_datamodule
+from trainer.exceptions import MisconfigurationException
 from trainer.optim import parse_optimizers
 from trainer.tuner.lr_finder import MODES as LR_MODES
 from trainer.tuner.lr_finder import LRFinder, LRRecorder
@@ -52,11 +53,13 @@ class Tuner:
         """Train ``num_training`` steps with a rising learning rate; with ``update_attr``, set the module's
         ``lr``/``learning_rate`` (or ``attr_name``) to the suggestion. None under ``fast_dev_run``."""
         if method != "fit":
-            raise ValueError(f"lr_find(method={method!r}): method='fit' is the only valid configuration.")
+            raise MisconfigurationException(
+                f"lr_find(method={method!r}): method='fit' is the only valid configuration."
+            )
         _check_loaders(train_dataloaders, val_dataloaders, dataloaders, method)
         _check_lr_args(min_lr, max_lr, num_training, mode, early_stop_threshold)
         if not model.automatic_optimization:
-            raise ValueError(
+            raise MisconfigurationException(
                 "lr_find() steps the optimizer itself and cannot tune manual optimization (automatic_optimization="
                 "False): tune the learning rate in your own loop over a few steps."
             )
@@ -99,11 +102,13 @@ class Tuner:
         _check_batch_args(mode, steps_per_trial, init_val, max_trials, margin, max_val)
         trainer = self._trainer
         if trainer.world_size > 1:
-            raise ValueError("Tuning the batch size is currently not supported with distributed strategies.")
+            raise MisconfigurationException(
+                "Tuning the batch size is currently not supported with distributed strategies."
+            )
         if is_datamodule(train_dataloaders):
             datamodule, train_dataloaders = train_dataloaders, None
         if (train_dataloaders, val_dataloaders, dataloaders) != (None, None, None):
-            raise ValueError(
+            raise MisconfigurationException(
                 "The batch size finder cannot be used with dataloaders passed directly to the tuner: each trial asks "
                 "for new loaders. Build them in the LightningModule's or the DataModule's *_dataloader() methods from "
                 f"self.{batch_arg_name}."
@@ -157,7 +162,7 @@ def _rising_lr(model: Module, finder: LRFinder) -> Iterator[None]:
         optimizers, _ = parse_optimizers(original())
         saved.extend((opt, copy.deepcopy(opt.state_dict())) for opt in optimizers)
         if len(optimizers) != 1:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"configure_optimizers() returned {len(optimizers)} optimizers, but the learning rate finder only "
                 "works with a single optimizer."
             )
@@ -203,14 +208,14 @@ def _lr_attr_name(model: Module, datamodule: Any, attr_name: str) -> str:
 
 def _check_loaders(train: Any, val: Any, dataloaders: Any, method: str) -> None:
     if method not in METHODS:
-        raise ValueError(f"method {method!r} is invalid. Should be one of {METHODS}.")
+        raise MisconfigurationException(f"method {method!r} is invalid. Should be one of {METHODS}.")
     if method == "fit" and dataloaders is not None:
-        raise ValueError(
+        raise MisconfigurationException(
             "In tuner with method='fit', `dataloaders` argument should be None, please consider setting "
             "`train_dataloaders` and `val_dataloaders` instead."
         )
     if method != "fit" and (train is not None or val is not None):
-        raise ValueError(
+        raise MisconfigurationException(
             f"In tuner with `method`={method!r}, `train_dataloaders` and `val_dataloaders` arguments should be None, "
             "please consider setting `dataloaders` instead."
         )
@@ -218,22 +223,24 @@ def _check_loaders(train: Any, val: Any, dataloaders: Any, method: str) -> None:
 
 def _check_lr_args(min_lr: float, max_lr: float, num_training: int, mode: str, threshold: float | None) -> None:
     if mode not in LR_MODES:
-        raise ValueError(f"lr_find(mode={mode!r}): choose one of {LR_MODES}.")
+        raise MisconfigurationException(f"lr_find(mode={mode!r}): choose one of {LR_MODES}.")
     if not 0 < min_lr < max_lr:
-        raise ValueError(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): need 0 < min_lr < max_lr.")
+        raise MisconfigurationException(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): need 0 < min_lr < max_lr.")
     if not isinstance(num_training, int) or num_training < 1:
-        raise ValueError(f"lr_find(num_training={num_training!r}): give a positive number of steps.")
+        raise MisconfigurationException(f"lr_find(num_training={num_training!r}): give a positive number of steps.")
     if threshold is not None and threshold <= 0:
-        raise ValueError(f"lr_find(early_stop_threshold={threshold}): give a positive factor, or None to never stop.")
+        raise MisconfigurationException(
+            f"lr_find(early_stop_threshold={threshold}): give a positive factor, or None to never stop."
+        )
 
 
 def _check_batch_args(mode: str, steps: int, init_val: int, max_trials: int, margin: float, max_val: int) -> None:
     if mode not in bs.MODES:
-        raise ValueError(f"scale_batch_size(mode={mode!r}): choose one of {bs.MODES}.")
+        raise MisconfigurationException(f"scale_batch_size(mode={mode!r}): choose one of {bs.MODES}.")
     for name, value in (("steps_per_trial", steps), ("init_val", init_val), ("max_trials", max_trials)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"scale_batch_size({name}={value!r}): give a positive int.")
+            raise MisconfigurationException(f"scale_batch_size({name}={value!r}): give a positive int.")
     if not 0.0 <= margin < 1.0:
-        raise ValueError(f"`margin` should be between 0 and 1. Found margin={margin}")
+        raise MisconfigurationException(f"`margin` should be between 0 and 1. Found margin={margin}")
     if not isinstance(max_val, int) or max_val < init_val:
-        raise ValueError(f"scale_batch_size(max_val={max_val!r}): give an int >= init_val ({init_val}).")
+        raise MisconfigurationException(f"scale_batch_size(max_val={max_val!r}): give an int >= init_val ({init_val}).")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainer.exceptions import MisconfigurationException
+
 
 def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: str = "/") -> dict[str, torch.Tensor]:
     """``{"grad_2.0_norm/<param>": norm, ..., "grad_2.0_norm_total": norm}`` over the parameters that have a gradient.
@@ -14,7 +16,7 @@ def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: 
     """
     norm = float(norm_type)
     if not norm > 0:
-        raise ValueError(f"`norm_type` must be a positive number or 'inf' (infinity norm). Got {norm}")
+        raise MisconfigurationException(f"`norm_type` must be a positive number or 'inf' (infinity norm). Got {norm}")
     norms = {
         f"grad_{norm}_norm{group_separator}{name}": p.grad.detach().norm(norm)
         for name, p in module.named_parameters()

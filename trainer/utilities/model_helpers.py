@@ -6,6 +6,8 @@ from typing import Any
 
 from torch import nn
 
+from trainer.exceptions import MisconfigurationException
+
 
 def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
     """``torchvision.models.get_model(model_name, **kwargs)`` (``weights="DEFAULT"`` downloads the weights once)."""
@@ -31,7 +33,7 @@ def is_overridden(method_name: str, instance: object | None = None, parent: type
 
         parent = next((cls for cls in (Module, DataModule, Callback) if isinstance(instance, cls)), None)
         if parent is None:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"is_overridden({method_name!r}, {type(instance).__name__}): pass parent=, the class it may override"
             )
     from lightning_utilities.core.overrides import is_overridden as _is_overridden

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.progress.base import ProgressBar
 from trainer.callbacks.progress.displays import Display, LineDisplay
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -30,9 +31,13 @@ class StagedProgressBar(ProgressBar):
     def __init__(self, refresh_rate: int, leave: bool, line_interval_s: float) -> None:
         super().__init__()
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"{type(self).__name__}(refresh_rate={refresh_rate!r}) must be an int >= 0 (0: no bar).")
+            raise MisconfigurationException(
+                f"{type(self).__name__}(refresh_rate={refresh_rate!r}) must be an int >= 0 (0: no bar)."
+            )
         if line_interval_s < 0:
-            raise ValueError(f"{type(self).__name__}(line_interval_s={line_interval_s!r}) must be >= 0 seconds.")
+            raise MisconfigurationException(
+                f"{type(self).__name__}(line_interval_s={line_interval_s!r}) must be >= 0 seconds."
+            )
         self._refresh_rate = refresh_rate
         self._leave = leave
         self.line_interval_s = line_interval_s

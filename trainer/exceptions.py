@@ -1,0 +1,15 @@
+"""Lightning's exception types, raised where Lightning raises them, so ``except MisconfigurationException`` in a
+ported script catches ours.
+
+``MisconfigurationException`` is a ``ValueError``: steadytrain's configuration errors were ValueErrors before they
+took Lightning's name, and ``except ValueError`` still catches them.
+"""
+
+
+class MisconfigurationException(ValueError):
+    """A flag, hook or object the Trainer cannot run as given; the message names the value and what is valid."""
+
+
+class SIGTERMException(SystemExit):
+    """A SIGTERM ended fit: raised once ``interrupted.ckpt`` is saved (exit status 0), so a callback's
+    ``on_exception`` can tell a termination from a failure."""
