@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import torch
 
-from trainer.accelerators.devices import Accelerator, under_launcher, resolve_devices
+from trainer.accelerators.devices import Accelerator, resolve_devices, under_launcher
 from trainer.exceptions import MisconfigurationException
 from trainer.strategies import Strategy, strategy_class
 
