@@ -9,7 +9,9 @@ default the tag of the installed Lightning version, else the newest tag before i
 ``tests/tests_pytorch`` is copied twice under ``--out``: as it is, and with every ``.py`` file's import lines
 rewritten by ``tests/lightning_port.py`` (the test files and their helpers; ``conftest.py`` and
 ``helpers/runif.py`` are the test runner's machinery, not a user's code, and stay Lightning's on both sides,
-so both sides skip the same tests). Each test file runs in its own pytest process on the CPU, on each side.
+so both sides skip the same tests). Lightning's internals a test file imports (``_private`` names, its loops and
+connectors: ``INTERNAL_MODULES``) are lent from Lightning, so they fail only the tests that use them, as
+``internals``. Each test file runs in its own pytest process on the CPU, on each side.
 Nothing of Lightning's is committed here: the harness takes a checkout.
 
 Every test that passes under Lightning and not ported is classed (``classify``):
@@ -116,7 +118,7 @@ def port_tree(tests: Path, into: Path) -> Path:
     shutil.copytree(tests, ported)
     for path in ported.rglob("*.py"):
         if path.relative_to(ported).as_posix() not in KEEP:
-            path.write_text(port_source(path.read_text()))
+            path.write_text(port_source(path.read_text(), lend_private=True))
     return ported
 
 
@@ -269,18 +271,25 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per file and side")
     parser.add_argument("--reuse", action="store_true", help="keep the Lightning side's results from --out")
+    parser.add_argument("--prepare", type=Path, help="only write the two trees into this folder, to run by hand")
     args = parser.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="lightning_tests_"))
+    work = args.prepare or Path(tempfile.mkdtemp(prefix="lightning_tests_"))
     for side in ("lightning", "ported"):
-        (work / side).mkdir()
+        (work / side).mkdir(parents=True)
     tests = lightning_tests(args.lightning, args.ref, work / "lightning")
     for name in ("pytest.ini",):
         (work / "lightning" / name).write_text(PYTEST_INI)
         (work / "ported" / name).write_text(PYTEST_INI)
     port_tree(tests, work / "ported")
     files = test_files(tests, args.dirs, args.files)
+    if args.prepare:
+        print(
+            f"lightning_tests: ported tests in {work / 'ported'}; run one file with\n  cd {work / 'ported'} && "
+            f"PYTHONPATH=.:{REPO} {sys.executable} -m pytest tests_pytorch/<dir>/<file>.py"
+        )
+        return
     print(f"lightning_tests: {len(files)} files; work folder {work}", flush=True)
 
     cache = args.out / "lightning.json"

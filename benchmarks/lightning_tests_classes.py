@@ -47,6 +47,8 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
         owner, attribute = match.groups()
         if attribute.startswith("_") or INTERNAL_NAMES.search(attribute):
             return "internals", f"{owner}.{attribute}"
+    if "/lightning/pytorch/" in text:
+        return "internals", "Lightning's own code ran in the failing call (an internal the test imports)"
     source = test_source(test_file, test_id)
     if reached := INTERNAL_NAMES.search(failing) or PRIVATE_ATTRIBUTE.search(failing):
         return "internals", f"the failing line reaches `{reached[0]}`"

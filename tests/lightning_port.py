@@ -46,6 +46,17 @@ MODULES = {
     "lightning.pytorch.utilities.exceptions": "trainer.utilities.exceptions",
 }
 
+# Lightning's internal modules: the loops, the connectors that mutate its Trainer, its launchers and wrappers. A port
+# never needs them; benchmarks/lightning_tests.py lends them from Lightning (``lend_private``), as the _private names.
+INTERNAL_MODULES = (
+    "lightning.pytorch.loops",
+    "lightning.pytorch.overrides",
+    "lightning.pytorch.strategies.launchers",
+    "lightning.pytorch.trainer.call",
+    "lightning.pytorch.trainer.configuration_validator",
+    "lightning.pytorch.trainer.connectors",
+)
+
 _FROM = re.compile(
     r"^(?P<indent>[ \t]*)from (?P<module>lightning(?:\.pytorch(?:\.\w+)*)?) import "
     r"(?:\((?P<group>[^)]*)\)|(?P<names>[^#\n]*?))(?P<tail>[ \t]*(?:#[^\n]*)?)$",
@@ -74,21 +85,33 @@ def _ported_name(name: str) -> str:
     return f"{name} as {alias}" if alias else name
 
 
-def _port_from(match: re.Match[str]) -> str:
+def _port_from(match: re.Match[str], lend_private: bool) -> str:
     ours = ported_module(match["module"])
     if ours is None:
         return match[0]
-    if match["group"] is not None:  # a parenthesised list, one or several lines: keep its layout
-        names = re.sub(r"\b(\w+)(?:\s+as\s+(\w+))?\b", lambda m: _ported_name(m[0]), match["group"])
-        return f"{match['indent']}from {ours} import ({names}){match['tail']}"
-    names = ", ".join(_ported_name(name) for name in match["names"].split(",") if name.strip())
-    return f"{match['indent']}from {ours} import {names}{match['tail']}"
+    indent, tail = match["indent"], match["tail"]
+    names = [n.strip() for n in (match["group"] or match["names"]).replace("\n", " ").split(",") if n.strip()]
+    names = [n for n in names if not n.startswith("#")]
+    internal = match["module"].startswith(INTERNAL_MODULES)
+    private = [n for n in names if n.startswith("_") or internal] if lend_private else []
+    public = [_ported_name(n) for n in names if n not in private]
+    lines = []
+    if public:
+        lines.append(f"{indent}from {ours} import {', '.join(public)}")
+    if private:  # Lightning's internals stay Lightning's: they are no part of the API a port needs
+        lines.append(f"{indent}from {match['module']} import {', '.join(private)}")
+    if match["group"] is not None and not private:  # a parenthesised list keeps its lines, so line numbers hold
+        body = re.sub(r"\b(\w+)(?:\s+as\s+(\w+))?\b", lambda m: _ported_name(m[0]), match["group"])
+        return f"{indent}from {ours} import ({body}){tail}"
+    return "\n".join(lines) + tail
 
 
-def port_source(source: str) -> str:
+def port_source(source: str, lend_private: bool = False) -> str:
     """Every ``from lightning.pytorch[.x] import ...`` (parenthesised lists too) and ``import lightning[.pytorch]
-    as L`` of ``source`` in steadytrain's names; every other line unchanged."""
-    source = _FROM.sub(_port_from, source)
+    as L`` of ``source`` in steadytrain's names; every other line unchanged. ``lend_private`` keeps the
+    ``_private`` names of an import line importing from Lightning (benchmarks/lightning_tests.py: a test file's
+    use of Lightning's internals then fails only the tests that use them)."""
+    source = _FROM.sub(lambda match: _port_from(match, lend_private), source)
     return _IMPORT_AS.sub(lambda m: f"{m['indent']}import trainer as {m['alias']}", source)
 
 
