@@ -27,6 +27,10 @@ PRIVATE_ATTRIBUTE = re.compile(
     r"|self\.trainer|accelerator|precision_plugin|profiler)\._[a-z]\w*"
 )
 PATCHED_PATH = re.compile(r"""patch(?:\.object|\.dict)?\(\s*["']lightning\.""")
+# conftest.py's fixtures that patch Lightning's device counts (cuda_count_2, mps_count_0, ...): a test using one
+# runs on devices Lightning pretends to have, which steadytrain never sees.
+MOCKED_DEVICES = re.compile(r"def \w+\([^)]*\b(?:cuda_count_\d|mps_count_\d|mock_cuda_count|mock_mps_count|xla_available"
+                            r"|tpu_available)\b")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_ATTRIBUTE = re.compile(r"AttributeError: '?(\w+)'? object has no attribute '(\w+)'")
@@ -54,6 +58,8 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
         return "internals", f"the failing line reaches `{reached[0]}`"
     if PATCHED_PATH.search(source):
         return "internals", "patches a Lightning module path by string"
+    if MOCKED_DEVICES.search(source.replace("\n", " ")):
+        return "internals", "runs on devices Lightning's fixtures pretend to have (cuda_count_N, mps_count_N, ...)"
     return "public", last_error(text)
 
 

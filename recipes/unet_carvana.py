@@ -4,7 +4,7 @@
     python recipes/unet_carvana.py fit --config recipes/unet_carvana.yaml --trainer.strategy ddp --trainer.devices 2
     python recipes/unet_carvana.py fit --config recipes/unet_carvana.yaml --ckpt_path last        # resume
     python recipes/unet_carvana.py fit --data.root /data/carvana --data.generate false          # real data
-    python recipes/unet_carvana.py predict --ckpt_path runs/unet/version_0/checkpoints/last.ckpt \\
+    python recipes/unet_carvana.py predict --ckpt_path runs/unet/lightning_logs/version_0/checkpoints/last.ckpt \\
         --data.predict_dir /data/carvana/imgs --model.predict_out_dir masks/
 
 Real Carvana keeps ``imgs/<id>.jpg`` and ``masks/<id>_mask.gif``; the generator writes that

@@ -353,7 +353,13 @@ def test_early_stopping_state_round_trips(tmp_path: Path) -> None:
     cb = trainer.ModelCheckpoint(dirpath=tmp_path / "ckpts", save_top_k=0)
     quiet(tmp_path, max_epochs=4, callbacks=[es, cb], enable_checkpointing=True).fit(Scored(scores), data(8), data(8))
     state = es.state_dict()
-    assert state == {"wait_count": 2, "best_score": 4.0, "stopped_epoch": 0, "patience": 3}
+    assert {k: state[k] for k in ("wait_count", "best_score", "stopped_epoch", "patience")} == {
+        "wait_count": 2,
+        "best_score": 4.0,
+        "stopped_epoch": 0,
+        "patience": 3,
+    }
+    assert state["stopping_reason"] == trainer.callbacks.EarlyStoppingReason.NOT_STOPPED.value
     saved = torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)["callbacks"]
     assert saved[es.state_key] == state
 

@@ -190,7 +190,7 @@ def test_help_comes_from_docstrings_and_types(capsys: pytest.CaptureFixture[str]
     assert "Width of the hidden layer. (type: int, default: 8)" in out
     assert (
         "--trainer.max_epochs MAX_EPOCHS stop after this many epochs "
-        "(default 1000 unless max_steps is set; -1: no limit). "
+        "(None: 1000 with a warning, or no limit with max_steps or max_time; -1: no limit). "
         "(type: int | null, default: null)"
     ) in out
 

@@ -73,7 +73,7 @@ def test_shuffles_agree_across_ranks_and_differ_per_epoch_and_only_rank_zero_wri
     assert first0[0] != first0[1] != first0[2]  # set_epoch changed the order each epoch
     for epoch in range(3):
         assert not set(first0[epoch]) & set(first1[epoch])  # disjoint shares of one permutation
-    runs = tmp_path / "runs" / "default"
+    runs = tmp_path / "runs" / "lightning_logs"
     assert [p.name for p in runs.iterdir()] == ["version_0"]  # one run folder: rank 1 wrote nothing
     logs = [p.name for p in (runs / "version_0").iterdir() if p.name.startswith(("metrics.csv", "events.out"))]
     assert len(logs) == 1, logs  # the default logger's one file: TensorBoard's where installed, else CSV's

@@ -281,7 +281,7 @@ def check_shared_datamodule(out: str, cwd: Path, world: int) -> None:
     classifier = r"^Classifier: global_step=\d+ metrics=\{'train_loss': \S+, 'train_loss_epoch': \S+, 'train_loss_step'"
     assert re.search(classifier + r": \S+, 'val_loss': \S+\}$", out, re.MULTILINE)
     assert ("parallel: num_processes=2" in out) == (world == 2)
-    events = list(cwd.glob("runs/default/version_0/events.out.tfevents.*"))  # the GAN's run, rank zero's only
+    events = list(cwd.glob("lightning_logs/version_0/events.out.tfevents.*"))  # the GAN's run, rank zero's only
     assert len(events) == 1
 
 

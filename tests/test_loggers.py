@@ -465,7 +465,7 @@ def test_tensorboard_event_file(tmp_path: Path) -> None:
     logger.log_histogram("weights", torch.randn(100), step=2)
     logger.finalize("success")
 
-    assert logger.log_dir == str(tmp_path / "default" / "version_0")
+    assert logger.log_dir == str(tmp_path / "lightning_logs" / "version_0")
     (event_file,) = glob.glob(os.path.join(logger.log_dir, "events.out.tfevents.*"))
     loader = pytest.importorskip("tensorboard.backend.event_processing.event_file_loader")
     step_2 = [e for e in loader.EventFileLoader(event_file).Load() if e.step == 2 and e.HasField("summary")]

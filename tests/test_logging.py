@@ -163,7 +163,7 @@ def test_logger_false_and_prog_bar(tmp_path: Path, without_tensorboard: None) ->
     )
     fit = quiet(tmp_path, logger=True, max_epochs=1, log_every_n_steps=1)
     fit.fit(module, loader(ten(), batch_size=4))
-    with open(tmp_path / "default" / "version_0" / "metrics.csv", newline="") as f:
+    with open(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", newline="") as f:
         columns = set(csv.DictReader(f).fieldnames or [])
     assert {"shown", "both_shown_step", "both_shown_epoch"} <= columns
     assert not {"hidden", "both_hidden_step", "both_hidden_epoch"} & columns
@@ -298,7 +298,7 @@ def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path, without_t
         loader(regression_data(32), batch_size=8),
         loader(regression_data(16), batch_size=8),
     )
-    folder = tmp_path / "default" / "version_0"
+    folder = tmp_path / "lightning_logs" / "version_0"
     assert fit.log_dir == str(folder)
     with open(folder / "metrics.csv", newline="") as f:
         reader = csv.DictReader(f)
@@ -318,7 +318,7 @@ def test_default_csv_logger_writes_metrics_and_hparams(tmp_path: Path, without_t
             self.save_hyperparameters()
 
     quiet(tmp_path, logger=True, max_epochs=1).fit(Saved(), loader(regression_data(8)))
-    assert yaml.safe_load((tmp_path / "default" / "version_1" / "hparams.yaml").read_text()) == {"features": 8}
+    assert yaml.safe_load((tmp_path / "lightning_logs" / "version_1" / "hparams.yaml").read_text()) == {"features": 8}
 
 
 # ---- validate / test / predict ---------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def read_metrics(path: Path) -> list[dict[str, str]]:
 
 
 def run_folders(runs: Path) -> list[str]:
-    return sorted(p.name for p in (runs / "default").iterdir())
+    return sorted(p.name for p in (runs / "lightning_logs").iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
     assert last.is_file() and last.name == "last.ckpt"
     assert load_checkpoint(last)["global_step"] == 3  # limit_train_batches
 
-    run = tmp / "runs" / "default" / "version_0"
+    run = tmp / "runs" / "lightning_logs" / "version_0"
     assert last.parent == run / "checkpoints"
     metrics = Path(printed(r"^metrics\s+: (.+)$", out))
     assert metrics == run / "metrics.csv"
@@ -142,7 +142,7 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
 def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     run_in_process(unet_carvana.main, ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "1")], tmp_path)
-    run = tmp_path / "runs" / "default" / "version_0"
+    run = tmp_path / "runs" / "lightning_logs" / "version_0"
     last = run / "checkpoints" / "last.ckpt"
     assert load_checkpoint(last)["global_step"] == 3
 
@@ -173,11 +173,11 @@ def test_unet_resumed_fit_writes_its_config_to_the_run_it_continues(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     run_in_process(unet_carvana.main, ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "1")], tmp_path)
-    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     resume = ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(last))]
     run_in_process(unet_carvana.main, resume, tmp_path)
     assert run_folders(tmp_path / "runs") == ["version_0"]
-    config = yaml.safe_load((tmp_path / "runs" / "default" / "version_0" / "config.yaml").read_text())
+    config = yaml.safe_load((tmp_path / "runs" / "lightning_logs" / "version_0" / "config.yaml").read_text())
     assert config["trainer"]["max_epochs"] == 2
 
 
@@ -197,7 +197,7 @@ def test_unet_predict_writes_a_mask_per_image_at_its_original_size(
     monkeypatch.chdir(tmp_path)
     fit_tmp, _ = unet_fit
     images = fit_tmp / "carvana" / "imgs"
-    last = fit_tmp / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    last = fit_tmp / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     for car in (False, True):  # two checkpoints that must give opposite masks: the weights are really loaded
         ckpt = constant_output_checkpoint(last, tmp_path / f"car{car}.ckpt", car)
         out_dir = tmp_path / f"pred_car{car}"
@@ -226,7 +226,7 @@ def test_unet_init_weights_loads_a_prefixed_state_dict_or_a_recipe_checkpoint(
         path = tmp_path / "unet.pt"
         torch.save({"module." + k: v for k, v in expected.items()}, path)
     else:  # fine-tuning from an earlier run of this recipe
-        path = unet_fit[0] / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+        path = unet_fit[0] / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
         expected = {k.removeprefix("model."): v for k, v in load_checkpoint(path)["state_dict"].items()}
     loaded = UNetSegmentation(base=4, init_weights=str(path)).model.state_dict()
     assert loaded.keys() == expected.keys()
@@ -325,7 +325,7 @@ def test_shufflenet_fit_prints_validation_accuracy(
     )
     assert 0.0 <= float(printed(r"^validation accuracy: ([\d.]+)$", out)) <= 1.0
     assert forward_dtypes and set(forward_dtypes) == {dtype}  # bf16-mixed really ran under autocast
-    run = tmp_path / "runs" / "default" / "version_0"
+    run = tmp_path / "runs" / "lightning_logs" / "version_0"
     state = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert state["global_step"] == 3
     assert all(v.dtype == torch.float32 for k, v in state["state_dict"].items() if v.is_floating_point())
@@ -344,7 +344,7 @@ def test_unet_fit_under_two_rank_ddp(tmp_path: Path) -> None:
     proc = run_script("unet_carvana.py", ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "1"), *DDP], tmp_path)
     assert proc.stdout.count("validation dice") == 1  # rank 0 only
     assert run_folders(tmp_path / "runs") == ["version_0"]  # rank 1 made no folder of its own
-    run = tmp_path / "runs" / "default" / "version_0"
+    run = tmp_path / "runs" / "lightning_logs" / "version_0"
     state = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert state["loops"]["data"]["world_size"] == 2
     assert state["global_step"] == 3  # 22 training images / (4 per rank x 2 ranks) -> 3 batches
@@ -362,6 +362,6 @@ def test_shufflenet_fit_under_two_rank_ddp(tmp_path: Path) -> None:
     )
     assert proc.stdout.count("validation accuracy") == 1
     assert run_folders(runs) == ["version_0"]
-    state = load_checkpoint(runs / "default" / "version_0" / "checkpoints" / "last.ckpt")
+    state = load_checkpoint(runs / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
     assert state["loops"]["data"]["world_size"] == 2
     assert state["global_step"] == 2  # 64 images / (16 per rank x 2 ranks): each rank got half

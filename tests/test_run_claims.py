@@ -60,10 +60,10 @@ def _in_processes(target: Any, arg: str) -> list[Any]:
 
 
 def test_racing_processes_each_claim_their_own_version(tmp_path: Path) -> None:
-    (tmp_path / "default" / "version_2").mkdir(parents=True)  # an earlier run: the racers start above it
-    versions = _in_processes(_race_version, str(tmp_path / "default"))
+    (tmp_path / "lightning_logs" / "version_2").mkdir(parents=True)  # an earlier run: the racers start above it
+    versions = _in_processes(_race_version, str(tmp_path / "lightning_logs"))
     assert sorted(versions) == list(range(3, 3 + RACERS))
-    assert sorted(os.listdir(tmp_path / "default")) == sorted(f"version_{v}" for v in [2, *versions])
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == sorted(f"version_{v}" for v in [2, *versions])
 
 
 def test_racing_threads_each_claim_their_own_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,15 +108,15 @@ def test_an_unwritable_root_is_named(tmp_path: Path) -> None:
 
 # ---- run folders ---------------------------------------------------------------------------------------
 def test_a_version_is_claimed_when_chosen_and_given_back_when_a_resume_replaces_it(tmp_path: Path) -> None:
-    folder = RunFolder(str(tmp_path), "default")
+    folder = RunFolder(str(tmp_path), "lightning_logs")
     assert folder.version == 0 and os.path.isdir(folder.path)  # claimed: a run beside it takes version_1
-    assert RunFolder(str(tmp_path), "default").version == 1
+    assert RunFolder(str(tmp_path), "lightning_logs").version == 1
     folder.version = 7  # a resumed run continues version_7: the empty version_0 it claimed goes
-    assert sorted(os.listdir(tmp_path / "default")) == ["version_1"]
-    used = RunFolder(str(tmp_path), "default")
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_1"]
+    used = RunFolder(str(tmp_path), "lightning_logs")
     Path(used.path, "metrics.csv").write_text("step\n")
     used.version = 1
-    assert os.path.isfile(tmp_path / "default" / "version_2" / "metrics.csv")  # a folder with files stays
+    assert os.path.isfile(tmp_path / "lightning_logs" / "version_2" / "metrics.csv")  # a folder with files stays
 
 
 def test_other_ranks_never_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,10 +126,10 @@ def test_other_ranks_never_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     if not torch.distributed.is_initialized():
         assert folder_module.global_rank() == 1  # the launcher's environment, before any process group
     monkeypatch.setattr(folder_module, "global_rank", lambda: 1)
-    folder = RunFolder(str(tmp_path), "default")
-    assert folder.version == 0 and not (tmp_path / "default").exists()  # a guess until rank zero's arrives
+    folder = RunFolder(str(tmp_path), "lightning_logs")
+    assert folder.version == 0 and not (tmp_path / "lightning_logs").exists()  # a guess until rank zero's arrives
     folder.version = 3  # share_run_folders
-    assert folder.path.endswith("version_3") and not (tmp_path / "default").exists()
+    assert folder.path.endswith("version_3") and not (tmp_path / "lightning_logs").exists()
 
 
 def test_a_given_version_that_holds_files_warns_and_starts_its_metrics_over(tmp_path: Path) -> None:
@@ -250,8 +250,8 @@ def test_last_names_the_run_it_resumes_when_several_left_checkpoints(
     fit.fit(Regressor(), loader(regression_data(32)), ckpt_path="last")
     said = capsys.readouterr().out
     assert "ckpt_path='last' resumes" in said and "the newest checkpoint of 2 runs" in said
-    assert f"{tmp_path}/default/version_1/checkpoints/last.ckpt" in said and fit.log_dir.endswith("version_1")
-    assert sorted(os.listdir(tmp_path / "default")) == ["version_0", "version_1"]  # the claimed version_2 went
+    assert f"{tmp_path}/lightning_logs/version_1/checkpoints/last.ckpt" in said and fit.log_dir.endswith("version_1")
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0", "version_1"]  # the claimed version_2 went
 
 
 def test_last_with_a_given_version_resumes_that_run_only(tmp_path: Path) -> None:
@@ -261,7 +261,7 @@ def test_last_with_a_given_version_resumes_that_run_only(tmp_path: Path) -> None
         )
     fit = quiet(tmp_path, max_epochs=2, enable_checkpointing=True, logger=CSVLogger(str(tmp_path), version="a"))
     fit.fit(Regressor(), loader(regression_data(32)), ckpt_path="last")
-    assert fit.ckpt_path == str(tmp_path / "default" / "a" / "checkpoints" / "last.ckpt")
+    assert fit.ckpt_path == str(tmp_path / "lightning_logs" / "a" / "checkpoints" / "last.ckpt")
 
 
 def test_last_skips_a_placeholder_whose_save_never_happened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -59,7 +59,7 @@ def assert_own_files(folder: Path, results: list[dict[str, Any]]) -> None:
 
 def test_runs_started_together_each_keep_their_own_files(tmp_path: Path) -> None:
     results = sweep(tmp_path, 4)
-    assert sorted(r["log_dir"] for r in results) == [f"runs/default/version_{n}" for n in range(4)]
+    assert sorted(r["log_dir"] for r in results) == [f"runs/lightning_logs/version_{n}" for n in range(4)]
     assert_own_files(tmp_path, results)
 
 
@@ -87,7 +87,7 @@ def test_runs_sharing_a_checkpoint_dirpath_never_replace_each_others_files(tmp_p
 @pytest.mark.parametrize("logger", ["default", "mlflow"])  # default: TensorBoard, installed with [dev]
 def test_other_loggers_started_together_each_claim_their_folder(tmp_path: Path, logger: str) -> None:
     results = sweep(tmp_path, 3, "--logger", logger)
-    assert sorted(r["log_dir"] for r in results) == [f"runs/default/version_{n}" for n in range(3)]
+    assert sorted(r["log_dir"] for r in results) == [f"runs/lightning_logs/version_{n}" for n in range(3)]
     for result in results:
         state = torch.load(tmp_path / result["last"], weights_only=True)
         assert state["hyper_parameters"]["tag"] == result["tag"]
@@ -95,7 +95,7 @@ def test_other_loggers_started_together_each_claim_their_folder(tmp_path: Path, 
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
-        experiment = client.get_experiment_by_name("default")
+        experiment = client.get_experiment_by_name("lightning_logs")
         runs = client.search_runs([experiment.experiment_id])
         assert sorted(float(run.data.params["tag"]) for run in runs) == [1.0, 2.0, 3.0]
         assert all(run.info.status == "FINISHED" for run in runs)
@@ -104,5 +104,5 @@ def test_other_loggers_started_together_each_claim_their_folder(tmp_path: Path, 
 @pytest.mark.slow
 def test_ddp_runs_started_together_each_keep_their_own_files(tmp_path: Path) -> None:
     results = sweep(tmp_path, 2, "--ddp")  # 2 jobs x 2 ranks
-    assert sorted(r["log_dir"] for r in results) == ["runs/default/version_0", "runs/default/version_1"]
+    assert sorted(r["log_dir"] for r in results) == ["runs/lightning_logs/version_0", "runs/lightning_logs/version_1"]
     assert_own_files(tmp_path, results)

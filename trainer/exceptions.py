@@ -10,6 +10,10 @@ class MisconfigurationException(ValueError):
     """A flag, hook or object the Trainer cannot run as given; the message names the value and what is valid."""
 
 
+class MisconfigurationTypeError(MisconfigurationException, TypeError):
+    """A flag of the wrong type: caught as Lightning's ``MisconfigurationException`` and as Python's ``TypeError``."""
+
+
 class SIGTERMException(SystemExit):
     """A SIGTERM ended fit: raised once ``interrupted.ckpt`` is saved (exit status 0), so a callback's
     ``on_exception`` can tell a termination from a failure."""

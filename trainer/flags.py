@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from trainer.exceptions import MisconfigurationException
+from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 
 NONFINITE = ("raise", "skip", "off")
 DATA_CHANGE = ("raise", "restart_epoch")
@@ -70,10 +70,14 @@ def check_types(values: dict[str, Any]) -> None:
     for name in INT_FLAGS:
         value = values[name]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise TypeError(f"{name}={value!r} must be an int{' or None' if name != 'max_steps' else ''}.")
+            raise MisconfigurationTypeError(
+                f"`{name}` should be an integer{' or None' if name != 'max_steps' else ''}, got {value!r}."
+            )
     clip = values["gradient_clip_val"]
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
-        raise TypeError(f"gradient_clip_val={clip!r} must be a number (or None for no clipping).")
+        raise MisconfigurationTypeError(
+            f"`gradient_clip_val` should be an int or a float (or None for no clipping). Got {clip!r}."
+        )
 
 
 def check_counts(values: dict[str, Any]) -> None:
@@ -82,10 +86,13 @@ def check_counts(values: dict[str, Any]) -> None:
     max_epochs, max_steps = values["max_epochs"], values["max_steps"]
     if max_epochs is not None and max_epochs < -1:
         raise MisconfigurationException(
-            f"max_epochs={max_epochs!r} must be >= 0, -1 (no limit) or None (1000 unless max_steps)."
+            f"`max_epochs` must be a non-negative integer or -1. You passed in max_epochs={max_epochs}: use >= 0, -1 (no "
+            "limit) or None (1000 unless max_steps or max_time)."
         )
     if max_steps < -1:
-        raise MisconfigurationException(f"max_steps={max_steps!r} must be -1 (no limit) or >= 0.")
+        raise MisconfigurationException(
+            f"`max_steps` must be a non-negative integer or -1. You passed in max_steps={max_steps} (-1: no limit)."
+        )
     for name in ("min_epochs", "min_steps"):
         if values[name] is not None and values[name] < 0:
             raise MisconfigurationException(f"{name}={values[name]!r} must be >= 0 or None.")
@@ -121,11 +128,23 @@ def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
     return dict(zip(("train", "validation", "test", "predict"), limits))
 
 
-def max_epochs(max_epochs: int | None, max_steps: int) -> int | None:
-    """Lightning's rule: None means 1000 epochs unless ``max_steps`` is set; -1 means no limit (None)."""
-    if max_epochs == -1:
-        return None
-    return 1000 if max_epochs is None and max_steps == -1 else max_epochs
+def max_epochs_limit(max_epochs: int | None, max_steps: int, timed: bool) -> int:
+    """The epoch limit a fit runs, Lightning's rule: None means 1000 epochs (with a warning) unless ``max_steps``
+    or a ``Timer`` (``max_time``: ``timed``) bounds the run; -1 means no limit."""
+    if max_epochs is not None:
+        return max_epochs
+    if max_steps != -1 or timed:
+        return -1
+    import warnings
+
+    from trainer.user_warnings import PossibleUserWarning
+
+    warnings.warn(
+        "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+        PossibleUserWarning,
+        stacklevel=4,
+    )
+    return 1000
 
 
 def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:
@@ -144,7 +163,8 @@ def check_choices(values: dict[str, Any]) -> None:
     """The flags that take one of a few names."""
     if values["gradient_clip_algorithm"] not in CLIP:
         raise MisconfigurationException(
-            f"gradient_clip_algorithm={values['gradient_clip_algorithm']!r}: choose one of {', '.join(CLIP)}."
+            f"`gradient_clip_algorithm` {values['gradient_clip_algorithm']} is invalid. Got gradient_clip_algorithm="
+            f"{values['gradient_clip_algorithm']!r}: choose one of {', '.join(CLIP)}."
         )
     clip = values["gradient_clip_val"]
     if clip is not None and clip <= 0:

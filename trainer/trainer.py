@@ -7,8 +7,10 @@ data); the Trainer shows it read-only, with Lightning's names.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,15 +57,15 @@ class Trainer:
         min_steps: int | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        num_sanity_val_steps: int = 2,
-        log_every_n_steps: int = 50,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
         fast_dev_run: bool | int = False,
         overfit_batches: int | float = 0.0,
         reload_dataloaders_every_n_epochs: int = 0,
@@ -73,7 +75,7 @@ class Trainer:
         detect_anomaly: bool = False,
         sync_batchnorm: bool = False,
         profiler: str | Profiler | None = None,
-        default_root_dir: str | os.PathLike[str] = "runs",
+        default_root_dir: str | os.PathLike[str] | None = None,
         logger: bool | Logger | Iterable[Logger] = True,
         callbacks: Callback | Iterable[Callback] | None = None,
         enable_progress_bar: bool = True,
@@ -99,13 +101,14 @@ class Trainer:
             num_nodes: machines in a multi-node DDP job.
             precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", "16-true", "bf16-true"
                 (``trainer.precision.PRECISIONS``), or a Precision.
-            max_epochs: stop after this many epochs (default 1000 unless max_steps is set; -1: no limit).
+            max_epochs: stop after this many epochs (None: 1000 with a warning, or no limit with max_steps or
+                max_time; -1: no limit).
             min_epochs: train at least this many epochs, even if early stopping asks to stop.
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
             min_steps: train at least this many optimizer steps, even if early stopping asks to stop.
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.
             gradient_clip_val: clip gradients to this norm or value (None: no clipping).
-            gradient_clip_algorithm: "norm" or "value".
+            gradient_clip_algorithm: "norm" (None: the default) or "value".
             val_check_interval: validate every N training batches (int) or this fraction of an epoch (float;
                 default 1.0: at the epoch end). With check_val_every_n_epoch=None an int counts across epochs.
             check_val_every_n_epoch: validate in every n-th epoch (None: by val_check_interval alone).
@@ -113,8 +116,8 @@ class Trainer:
             limit_val_batches: batches per validation: an int count or a fraction in [0, 1].
             limit_test_batches: batches per test: an int count or a fraction in [0, 1].
             limit_predict_batches: batches per predict: an int count or a fraction in [0, 1].
-            num_sanity_val_steps: validation batches run before training (-1: all, 0: none).
-            log_every_n_steps: how often per-step values reach the loggers.
+            num_sanity_val_steps: validation batches run before training (-1: all, 0: none; None: 2).
+            log_every_n_steps: how often per-step values reach the loggers (None: 50).
             fast_dev_run: run 1 (True) or n batches of fit, validate, test and predict, to find bugs fast: no
                 sanity check, no logging, no checkpoints, no early stopping.
             overfit_batches: train and validate on this many batches (an int, or a fraction of the training
@@ -127,7 +130,8 @@ class Trainer:
             sync_batchnorm: BatchNorm statistics over the global batch (strategy="ddp").
             profiler: "simple" (time per step and hook), "advanced" (cProfile per action), "pytorch"
                 (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
-            default_root_dir: folder for run folders (logs, checkpoints).
+            default_root_dir: folder for run folders (logs, checkpoints); None: the working directory, whose
+                ``lightning_logs/version_N`` the default logger writes, as Lightning's.
             logger: True for the CSV logger, False for none, or Logger instance(s).
             callbacks: extra callbacks (a ModelCheckpoint and a TQDMProgressBar are added if missing).
             enable_progress_bar: draw a progress bar on rank zero.
@@ -150,6 +154,9 @@ class Trainer:
             collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
                 fails naming it (default 600: long enough for rank 0 to write a large checkpoint).
         """
+        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
+        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
+        gradient_clip_algorithm = "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
@@ -160,7 +167,6 @@ class Trainer:
         self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
         self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
-        self.max_epochs = flags.max_epochs(max_epochs, max_steps)
         self.min_epochs = min_epochs
         self.max_steps = max_steps
         self.min_steps = min_steps
@@ -168,7 +174,7 @@ class Trainer:
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.num_sanity_val_steps = num_sanity_val_steps
+        self.num_sanity_val_steps: int | float = math.inf if num_sanity_val_steps == -1 else num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
         self.fast_dev_run = fast_dev_run
         self.overfit_batches = overfit_batches
@@ -181,10 +187,11 @@ class Trainer:
             torch.backends.cudnn.benchmark = benchmark
         if fast_dev_run:
             n = int(fast_dev_run)
-            self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, n, 0
+            max_epochs, self.max_steps, self.num_sanity_val_steps = 1, n, 0
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
-        self.default_root_dir = os.fspath(default_root_dir)  # a str, as Lightning's
+        root = os.getcwd() if default_root_dir is None else os.fspath(default_root_dir)
+        self.default_root_dir = os.path.normpath(os.path.expanduser(root))  # a str, as Lightning's
         self.on_nonfinite_loss = on_nonfinite_loss
         self.on_data_change = on_data_change
         self.use_distributed_sampler = use_distributed_sampler
@@ -204,7 +211,7 @@ class Trainer:
         self.state = TrainerState()  # what runs now and what it loaded: changed only through its methods
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
         self.metric_log = MetricLog(self.strategy, self.loggers)
-        self.fit_loop: FitLoop = FitLoop(self)
+        self.fit_loop: FitLoop = FitLoop(self, max_epochs)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
         self.predict_loop = EvaluationLoop(self, "predict")
@@ -215,6 +222,11 @@ class Trainer:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
     # ---- the run's facts, read-only ----------------------------------------------------------
+    @property
+    def max_epochs(self) -> int | None:
+        """The value given until a fit starts, then the limit that fit runs (1000 for None, -1: no limit)."""
+        return self.fit_loop.max_epochs
+
     @property
     def current_epoch(self) -> int:
         return self.fit_loop.progress.epoch
@@ -405,7 +417,120 @@ class Trainer:
 
     @property
     def early_stopping_callback(self) -> EarlyStopping | None:
-        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
+        return next(iter(self.early_stopping_callbacks), None)
+
+    # ---- Lightning's names for the devices, the flags and the stages' data, read-only -------------
+    @property
+    def node_rank(self) -> int:
+        return int(getattr(self.strategy, "node_rank", 0))
+
+    @property
+    def device_ids(self) -> list[int]:
+        """The device indices this machine's processes use (Lightning's ``devices=`` resolved)."""
+        return list(self.strategy.device_indices)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.device_ids)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """How loaders are sharded: ``num_replicas`` and ``rank`` with several processes, else None."""
+        if self.world_size == 1 and self.strategy.name in ("single", "dp"):
+            return None
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
+    def limit_train_batches(self) -> int | float | None:
+        return self.limits["train"]
+
+    @property
+    def limit_val_batches(self) -> int | float | None:
+        return self.limits["validation"]
+
+    @property
+    def limit_test_batches(self) -> int | float | None:
+        return self.limits["test"]
+
+    @property
+    def limit_predict_batches(self) -> int | float | None:
+        return self.limits["predict"]
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether fit validates: a ``validation_step``, validation data and ``limit_val_batches`` above 0."""
+        module = self._module
+        return (
+            module is not None
+            and callable(getattr(module, "validation_step", None))
+            and bool(self.fit_loop.val_loop.loaders)
+            and self.limits["validation"] != 0
+        )
+
+    @property
+    def evaluating(self) -> bool:
+        return self.state.stage in ("validate", "test", "sanity_check")
+
+    @property
+    def interrupted(self) -> bool:
+        """The last stage ended by an exception (Ctrl-C included), as Lightning's ``TrainerStatus.INTERRUPTED``."""
+        return self.state.status == "interrupted"
+
+    @property
+    def received_sigterm(self) -> bool:
+        """A SIGTERM reached this fit (it saves ``interrupted.ckpt`` at the next step boundary and exits)."""
+        return self.fit_loop.stop.received == "SIGTERM"
+
+    @property
+    def test_dataloaders(self) -> list[Iterable[Any]]:
+        return self.test_loop.loaders
+
+    @property
+    def predict_dataloaders(self) -> list[Iterable[Any]]:
+        return self.predict_loop.loaders
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        return [min(self.num_sanity_val_steps, n) for n in self.fit_loop.val_loop.num_batches]
+
+    @property
+    def num_test_batches(self) -> list[int | float]:
+        return self.test_loop.num_batches
+
+    @property
+    def num_predict_batches(self) -> list[int | float]:
+        return self.predict_loop.num_batches
+
+    @property
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
+        return [cb for cb in self.callbacks if isinstance(cb, EarlyStopping)]
+
+    @property
+    def scaler(self) -> Any:
+        """The GradScaler of ``precision="16-mixed"``, else None."""
+        return getattr(self.precision, "scaler", None)
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Build the module under this context: its tensors are made on the strategy's device, in the precision's
+        dtype for the "-true" precisions (``empty_init`` is Lightning's flag: it has no effect here, weights are
+        always initialised). FSDP shards only in ``configure_model``."""
+        device = self.strategy.root_device if self.strategy.name == "single" else torch.device("cpu")
+        half = self.precision.name in ("16-true", "bf16-true")
+        dtype = getattr(self.precision, "dtype", None) if half else None
+        before = torch.get_default_dtype()
+        with device:
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            try:
+                yield
+            finally:
+                torch.set_default_dtype(before)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each machine's first process only."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
 
     # ---- what the loops ask of the Trainer ------------------------------------------------------
     def attach(self, module: Module, datamodule: Any, fn: str) -> None:

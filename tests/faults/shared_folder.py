@@ -48,7 +48,7 @@ def own_run_folders(jobs: int, steps: int = 8) -> Check:
     """Each of ``jobs`` runs has its own run folder, hparams, whole metrics (its rows only) and last.ckpt."""
 
     def check(folder: Path, output: str) -> str | None:
-        runs = sorted((folder / "runs" / "default").glob("version_*"))
+        runs = sorted((folder / "runs" / "lightning_logs").glob("version_*"))
         if len(runs) != jobs:
             return f"LOSS: {jobs} runs wrote to {len(runs)} run folder(s)"
         try:

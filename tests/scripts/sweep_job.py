@@ -62,7 +62,7 @@ def build_logger(kind: str, root: Path) -> Any:
     if kind == "tensorboard":
         return trainer.loggers.TensorBoardLogger(save_dir=str(root))
     if kind == "mlflow":
-        return trainer.loggers.MLFlowLogger(save_dir=str(root), experiment_name="default")
+        return trainer.loggers.MLFlowLogger(save_dir=str(root), experiment_name="lightning_logs")
     return trainer.loggers.CSVLogger(save_dir=str(root))
 
 

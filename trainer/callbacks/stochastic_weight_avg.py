@@ -115,8 +115,8 @@ class StochasticWeightAveraging(Callback):
             raise MisconfigurationException(
                 f"StochasticWeightAveraging replaces at most one LR scheduler; got {len(trainer.lr_scheduler_configs)}."
             )
-        self._max_epochs = trainer.max_epochs
-        self._start = _start_epoch(self._swa_epoch_start, trainer.max_epochs)
+        self._max_epochs = None if trainer.max_epochs == -1 else trainer.max_epochs  # -1: no epoch limit
+        self._start = _start_epoch(self._swa_epoch_start, self._max_epochs)
         if self._saved is None:  # a new run (not resumed): nothing of an earlier fit carries over
             self._average = self._live = self._swa_scheduler = None
             self._latest_update_epoch = -1

@@ -18,8 +18,8 @@ def tensorboard_available() -> bool:
 def build_loggers(
     logger: bool | Logger | Iterable[Logger] | None, default_root_dir: str, fast_dev_run: bool
 ) -> list[Logger]:
-    """True: Lightning's default, a TensorBoardLogger under ``default_root_dir`` where tensorboard is installed,
-    else a CSVLogger; False or None: none; else the Logger(s) given.
+    """True: Lightning's default, a TensorBoardLogger writing ``<default_root_dir>/lightning_logs/version_N`` where
+    tensorboard is installed, else a CSVLogger there; False or None: none; else the Logger(s) given.
 
     Under ``fast_dev_run`` any logger becomes a DummyLogger, as in Lightning: ``self.logger`` still
     takes calls, nothing is written and ``log_dir`` is None.
@@ -38,9 +38,9 @@ def build_loggers(
     if logger is True and tensorboard_available():
         from trainer.loggers.tensorboard import TensorBoardLogger
 
-        return [TensorBoardLogger(save_dir=default_root_dir)]
+        return [TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs")]
     if logger is True:
         from trainer.loggers.csv import CSVLogger
 
-        return [CSVLogger(save_dir=default_root_dir)]
+        return [CSVLogger(save_dir=default_root_dir, name="lightning_logs")]
     return loggers

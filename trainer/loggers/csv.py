@@ -118,7 +118,7 @@ class CSVLogger(FolderLogger):
     def __init__(
         self,
         save_dir: str = "runs",
-        name: str = "default",
+        name: str = "lightning_logs",
         version: int | str | None = None,
         flush_every: int = 100,
     ) -> None:

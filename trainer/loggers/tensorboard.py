@@ -50,7 +50,7 @@ class TensorBoardLogger(FolderLogger):
     for every key.
     """
 
-    def __init__(self, save_dir: str = "runs", name: str = "default", version: int | str | None = None) -> None:
+    def __init__(self, save_dir: str = "runs", name: str = "lightning_logs", version: int | str | None = None) -> None:
         self.name = name
         self._folder = RunFolder(save_dir, name, version)
         self._writer: SummaryWriter | None = None

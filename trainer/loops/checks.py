@@ -7,10 +7,14 @@ optimization, and several optimizers in automatic mode.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from trainer.exceptions import MisconfigurationException
+from trainer.user_warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -136,3 +140,16 @@ def warn_logging_gap(trainer: TrainerView, num_training_batches: int | float) ->
         PossibleUserWarning,
         stacklevel=2,
     )
+
+
+def warn_eval_modules(module: torch.nn.Module) -> None:
+    """Lightning's warning when training starts with submodules in eval mode: the loop keeps each module's own mode
+    (a frozen one stays frozen), so one left in eval by mistake would train with eval behaviour (dropout off)."""
+    in_eval = [name for name, sub in module.named_modules() if not sub.training]
+    if in_eval:
+        warnings.warn(
+            f"Found {len(in_eval)} module(s) in eval mode at the start of training. This may lead to unexpected "
+            "behavior during training. If this is intentional, you can ignore this warning.",
+            PossibleUserWarning,
+            stacklevel=4,
+        )

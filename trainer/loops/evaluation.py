@@ -7,9 +7,10 @@ draws the DataLoader's base seed from the default generator), and the draws stay
 
 Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 ``on_<stage>_epoch_start``, per batch the transfer hooks, ``on_<stage>_batch_start``, the step and
-``on_<stage>_batch_end``, then ``on_<stage>_epoch_end``, the epoch's metrics, ``on_<stage>_end`` and
-``on_<stage>_model_train``. Several loaders run one after the other; the step gets
-``dataloader_idx`` and each loader's metrics are kept apart (``name/dataloader_idx_<i>``).
+``on_<stage>_batch_end``, then ``on_<stage>_epoch_end``, the epoch's metrics, ``on_<stage>_end``; then each
+submodule's mode as it was before (or ``on_<stage>_model_train`` where the module overrides it). Several loaders
+run one after the other; the step gets ``dataloader_idx`` and each loader's metrics are kept apart
+(``name/dataloader_idx_<i>``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from trainer.loops.batches import step_with_index
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
+    from trainer.module import Module
     from trainer.view import TrainerView
 
 EvalStage = Literal["validation", "test", "predict"]
@@ -61,20 +63,28 @@ class EvaluationLoop:
         publish: bool = True,
         keep_predictions: bool = False,
     ) -> list[dict[str, float]]:
-        """One pass; returns each loader's metrics. ``before_end`` runs before ``on_<stage>_end``."""
+        """One pass, hooks included, under ``torch.no_grad`` (``inference_mode``: ``torch.inference_mode``), as
+        Lightning's; returns each loader's metrics. ``before_end`` runs before ``on_<stage>_end``."""
+        trainer = self.trainer
+        with _no_grad(trainer.inference_mode and trainer.strategy.supports_inference_mode):
+            return self._run(max_batches, before_end, publish, keep_predictions)
+
+    def _run(
+        self, max_batches: int | None, before_end: Callable[[], None] | None, publish: bool, keep_predictions: bool
+    ) -> list[dict[str, float]]:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         previous = trainer.metric_log.start(stage, len(self.loaders))
         first = start_iterator(self.loaders[0]) if self.loaders else None
+        modes = {name: sub.training for name, sub in module.named_modules()}  # each submodule's own mode
         getattr(module, f"on_{stage}_model_eval")()
         hooks.call(trainer, f"on_{stage}_start")
         hooks.call(trainer, f"on_{stage}_epoch_start")
         self.predictions = [[] for _ in self.loaders]
         try:
-            with _no_grad(trainer.inference_mode and trainer.strategy.supports_inference_mode):
-                for idx, loader in enumerate(self.loaders):
-                    total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
-                    self._run_loader(idx, loader, total, keep_predictions, first if idx == 0 else None)
+            for idx, loader in enumerate(self.loaders):
+                total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
+                self._run_loader(idx, loader, total, keep_predictions, first if idx == 0 else None)
         finally:
             trainer.metric_log.results.use_loader(None)  # what on_<stage>_epoch_end logs is every loader's
         hooks.call(trainer, f"on_{stage}_epoch_end")
@@ -84,7 +94,7 @@ class EvaluationLoop:
         if before_end is not None:
             before_end()
         hooks.call(trainer, f"on_{stage}_end")
-        getattr(module, f"on_{stage}_model_train")()
+        _restore_modes(module, stage, modes)
         trainer.metric_log.resume(previous)
         return results.per_loader(metrics)
 
@@ -130,6 +140,20 @@ class EvaluationLoop:
                 trainer.metric_log.eval_step_end(self.seen[idx], write)
             self.seen[idx] += write  # not in the sanity check
         results.batch = None
+
+
+def _restore_modes(module: Module, stage: EvalStage, modes: dict[str, bool]) -> None:
+    """Lightning's end of an evaluation: each submodule back in the mode it had (a frozen one stays in eval), unless
+    the module overrides ``on_<stage>_model_train``, which then decides."""
+    from trainer.module import Module
+
+    hook = getattr(module, f"on_{stage}_model_train")
+    if getattr(hook, "__func__", None) is not getattr(Module, f"on_{stage}_model_train"):  # overridden, or set
+        hook()
+        return
+    for name, sub in module.named_modules():
+        if name in modes:
+            sub.training = modes[name]
 
 
 def _no_grad(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:

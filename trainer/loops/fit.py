@@ -25,7 +25,14 @@ import torch
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
 from trainer.exceptions import MisconfigurationException
-from trainer.loops.checks import check_fit, check_optimizers, check_output_folders, warn_logging_gap
+from trainer.flags import max_epochs_limit
+from trainer.loops.checks import (
+    check_fit,
+    check_optimizers,
+    check_output_folders,
+    warn_eval_modules,
+    warn_logging_gap,
+)
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit_validation import FitValidation
 from trainer.loops.hparams_log import log_hyperparams
@@ -48,8 +55,9 @@ if TYPE_CHECKING:
 class FitLoop:
     """``Trainer.fit``: set-up, sanity check, epochs; a stop signal saves ``interrupted.ckpt`` and exits."""
 
-    def __init__(self, trainer: TrainerView) -> None:
+    def __init__(self, trainer: TrainerView, max_epochs: int | None) -> None:
         self.trainer = trainer
+        self.max_epochs = max_epochs  # as given until a fit starts, then the limit it runs (-1: none)
         self.progress = Progress()
         self.optimization: Optimization | None = None
         self.step: TrainingStep | None = None
@@ -79,6 +87,10 @@ class FitLoop:
         trainer = self.trainer
         self._reset()
         ckpt_path = trainer.state.checkpoint_for("fit", ckpt_path)
+        from trainer.callbacks.timer import Timer  # only here: `import trainer` stays cheap
+
+        timed = any(isinstance(cb, Timer) for cb in trainer.callbacks)
+        self.max_epochs = max_epochs_limit(self.max_epochs, trainer.max_steps, timed)
         with running(trainer, module, "fit", datamodule):
             check_fit(trainer, module)
             self._setup(module, train, val, datamodule, ckpt_path)
@@ -87,6 +99,7 @@ class FitLoop:
             if not self.resumed:
                 self.validation.sanity_check()
                 self.data.start_first_epoch()
+            warn_eval_modules(module)
             hooks.call(trainer, "on_train_start")
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
             with catch_stop_signals(self.stop.names(), self.stop.on_signal), anomaly:
@@ -175,12 +188,12 @@ class FitLoop:
         """Optimizer steps the whole fit will take (Lightning's rule), known from ``configure_optimizers`` on."""
         trainer = self.trainer
         no_step_limit = math.inf if trainer.max_steps == -1 else trainer.max_steps
-        if trainer.max_epochs is None:
+        if self.max_epochs is None or self.max_epochs == -1:
             return no_step_limit
         batches = self.data.batches_per_epoch()
         if math.isinf(batches):
             return no_step_limit
-        steps = read_window(trainer, batches).steps() * max(trainer.max_epochs, 1)
+        steps = read_window(trainer, batches).steps() * max(self.max_epochs, 1)
         return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
 
     def _use_val_loaders(self, val_loaders: list[Any]) -> None:
@@ -195,7 +208,7 @@ class FitLoop:
                 break
             if trainer.should_stop and self._can_stop():  # e.g. a resumed run whose max_time is spent
                 break
-            if trainer.max_epochs is not None and progress.epoch >= trainer.max_epochs:
+            if 0 <= self.max_epochs <= progress.epoch:  # type: ignore[operator]
                 break
             completed = self._run_epoch()
             # A signal may have reached some ranks after their last agreement: decide together.
@@ -217,7 +230,6 @@ class FitLoop:
             self.loader_restarts = False
         data_skip = skip - progress.loader_offset
         loader = self.data.epoch_loader(progress.epoch, data_skip, self.val_loop.loaders)
-        trainer.lightning_module.train()
         trainer.metric_log.start("train")
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")

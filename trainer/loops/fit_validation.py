@@ -71,7 +71,7 @@ class FitValidation:
         with isolate_rng():  # Lightning isolates the sanity check's draws (and only those) from training's
             with trainer.state.running("sanity_check"):
                 hooks.call_callbacks(trainer, "on_sanity_check_start")
-                self.loop.run(max_batches=None if steps < 0 else steps, publish=False)
+                self.loop.run(max_batches=None if math.isinf(steps) else int(steps), publish=False)
             hooks.call_callbacks(trainer, "on_sanity_check_end")
 
 
