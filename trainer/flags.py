@@ -86,8 +86,8 @@ def check_counts(values: dict[str, Any]) -> None:
     max_epochs, max_steps = values["max_epochs"], values["max_steps"]
     if max_epochs is not None and max_epochs < -1:
         raise MisconfigurationException(
-            f"`max_epochs` must be a non-negative integer or -1. You passed in max_epochs={max_epochs}: use >= 0, -1 (no "
-            "limit) or None (1000 unless max_steps or max_time)."
+            f"`max_epochs` must be a non-negative integer or -1. You passed in max_epochs={max_epochs}: use >= 0, "
+            "-1 (no limit) or None (1000 unless max_steps or max_time)."
         )
     if max_steps < -1:
         raise MisconfigurationException(

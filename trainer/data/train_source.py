@@ -187,10 +187,8 @@ class TrainSource:
         self.raw_train = train_loader
         self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
         self.num_batches = num_batches(self.loader, trainer.limits["train"])
-        if self.num_batches == 0:
-            raise MisconfigurationException(
-                "the training DataLoader yields no batches (empty dataset or limit_train_batches=0)."
-            )
+        if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
+            raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
         saved, restarts = self.saved_layout, False
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):

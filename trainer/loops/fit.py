@@ -204,8 +204,8 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         self.data.start_resumed_workers(self.resumed)
         while True:
-            if 0 <= trainer.max_steps <= progress.global_step:
-                break
+            if 0 <= trainer.max_steps <= progress.global_step or self.num_training_batches == 0:
+                break  # max_steps reached, or limit_train_batches=0: Lightning's "No training batches"
             if trainer.should_stop and self._can_stop():  # e.g. a resumed run whose max_time is spent
                 break
             if 0 <= self.max_epochs <= progress.epoch:  # type: ignore[operator]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trainer.loops.hooks as hooks
 from trainer.failures import note_worker_failure
 from trainer.loggers.folder import share_run_folders
-from trainer.loops.checks import check_uncalled_hooks
+from trainer.loops.checks import check_module, check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.optional_batch_idx import batch_idx_optional
 
@@ -29,10 +29,7 @@ STAGE_NAMES = {"fit": "fit", "validation": "validate", "test": "test", "predict"
 @contextlib.contextmanager
 def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> Iterator[None]:
     """Run a stage (``fn``: "fit", "validate", "test" or "predict") inside set-up and teardown."""
-    from trainer.module import Module
-
-    if not isinstance(module, Module):
-        raise TypeError(f"Trainer.{fn}() takes a trainer.Module; got {type(module).__name__}.")
+    check_module(module, fn)
     strategy = trainer.strategy
     strategy.setup_environment()
     trainer.attach(module, datamodule, fn)  # trainer.state starts the stage: nothing loaded yet
