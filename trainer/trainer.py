@@ -22,6 +22,7 @@ from trainer.accelerators import Accelerator, accelerator_for, select_strategy
 from trainer.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.callbacks.base import Callback
 from trainer.callbacks.defaults import checkpointing_last, with_defaults
+from trainer.data.combined import CombinedBatches
 from trainer.loggers.base import Logger
 from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
@@ -320,12 +321,15 @@ class Trainer:
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
-        """The training loader this rank iterates (sharded under DDP)."""
-        return self.fit_loop.train_dataloader
+        """The training loader this rank iterates (sharded under DDP); several as given (a dict or list)."""
+        loader = self.fit_loop.train_dataloader
+        return loader.combined.iterables if isinstance(loader, CombinedBatches) else loader
 
     @property
-    def val_dataloaders(self) -> list[Iterable[Any]]:
-        return self.fit_loop.val_loop.loaders
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) of the last fit or validate, in the shape given (one, a list or a dict)."""
+        loop = self.validate_loop if self.state.fn == "validate" else self.fit_loop.val_loop
+        return loop.given if loop.loaders else (self.fit_loop.val_loop.given or self.validate_loop.given)
 
     @property
     def is_last_batch(self) -> bool:
@@ -482,12 +486,12 @@ class Trainer:
         return self.fit_loop.stop.received == "SIGTERM"
 
     @property
-    def test_dataloaders(self) -> list[Iterable[Any]]:
-        return self.test_loop.loaders
+    def test_dataloaders(self) -> Any:
+        return self.test_loop.given
 
     @property
-    def predict_dataloaders(self) -> list[Iterable[Any]]:
-        return self.predict_loop.loaders
+    def predict_dataloaders(self) -> Any:
+        return self.predict_loop.given
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
@@ -547,7 +551,7 @@ class Trainer:
         from trainer.data.loaders import shut_down_workers
 
         self.fit_loop.release()
-        shut_down_workers([self.fit_loop.train_dataloader, *self.fit_loop.val_loop.loaders])
+        shut_down_workers([self.fit_loop.data.loader, *self.fit_loop.val_loop.loaders])
         shut_down_workers([*self.validate_loop.loaders, *self.test_loop.loaders, *self.predict_loop.loaders])
         self.state.end(interrupted)
 

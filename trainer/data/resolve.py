@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from trainer.data.combined import CombinedLoader, shaped
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
 from trainer.exceptions import MisconfigurationException
@@ -29,17 +30,19 @@ def _is_batch(obj: Any) -> bool:
 
 
 def _as_list(loaders: Any, what: str) -> list[Any]:
-    """One loader, or several in a list or tuple.
+    """One loader, or several in a list, tuple or dict, as a list that remembers that shape (``ShapedLoaders``).
 
     A list of batches would be read as several loaders, each iterated row by row (or key by
     key): refused, as a silent wrong answer is worse than an error.
     """
     if loaders is None:
         return []
+    if isinstance(loaders, CombinedLoader):  # sequential: each loader with its dataloader_idx; else one loader
+        return shaped(loaders.iterables) if loaders.mode == "sequential" else shaped(loaders)
     if _is_loader_dict(loaders):
-        return list(loaders.values())
+        return shaped(loaders)
     if not isinstance(loaders, Sequence) or isinstance(loaders, str):
-        return [loaders]
+        return shaped(loaders)
     for i, item in enumerate(loaders):
         if _is_batch(item):
             raise TypeError(
@@ -47,7 +50,7 @@ def _as_list(loaders: Any, what: str) -> list[Any]:
                 "a batch, but a list means several loaders. Pass [batches] for one loader of these batches, "
                 "or a DataLoader."
             )
-    return list(loaders)
+    return shaped(loaders)
 
 
 def _check_loader(loader: Any, what: str) -> None:
@@ -70,6 +73,15 @@ def _is_loader_dict(obj: Any) -> bool:
         isinstance(obj, Mapping)
         and bool(obj)
         and all(isinstance(v, Iterable) and not isinstance(v, torch.Tensor | Mapping | str) for v in obj.values())
+    )
+
+
+def _is_loader_list(obj: Any) -> bool:
+    """``[loader_a, loader_b]``: several training loaders (a list of batches holds tensors instead)."""
+    return (
+        isinstance(obj, list | tuple)
+        and bool(obj)
+        and all(isinstance(v, Iterable) and not isinstance(v, torch.Tensor | Mapping | str | tuple | list) for v in obj)
     )
 
 
@@ -108,6 +120,10 @@ def is_datamodule(obj: Any) -> bool:
 
 def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str) -> None:
     """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
+    if isinstance(loader, CombinedLoader):
+        for inner in loader.flattened:
+            _check_usable(inner, world_size, use_distributed_sampler, what)
+        return
     _check_loader(loader, what)
     check_shardable(loader, world_size, use_distributed_sampler, what)
     if has_len(loader) and len(loader) == 0:
@@ -116,6 +132,20 @@ def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, w
                 f"the {what} DataLoader is empty (0 batches): check its dataset and batch_size."
             )
         raise MisconfigurationException(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
+
+
+def _training_loader(primary: Any) -> Any:
+    """fit's training loader; several (a dict or list of loaders) combine as Lightning's ``max_size_cycle``."""
+    if primary is None:
+        raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+    if _is_loader_dict(primary) or _is_loader_list(primary):
+        primary = CombinedLoader(primary, "max_size_cycle")
+    if isinstance(primary, CombinedLoader) and primary.mode == "sequential":
+        raise MisconfigurationException(
+            '`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode: each training batch is one '
+            'batch of every loader. Choose mode="max_size_cycle", "max_size" or "min_size".'
+        )
+    return primary
 
 
 def resolve_loaders(
@@ -147,8 +177,7 @@ def resolve_loaders(
     if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":
-        if primary is None:
-            raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+        primary = _training_loader(primary)
         if val is None and callable(getattr(source, "val_dataloader", None)):
             val = source.val_dataloader()
         _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 import trainer.data.position as position
+from trainer.data.combined import as_batches, map_loaders
 from trainer.data.loaders import num_batches, set_epoch, shut_down_workers
 from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
@@ -167,25 +168,34 @@ class TrainSource:
                 "during fit()."
             )
         with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
-            return num_batches(self._sharded(self.raw_train), self.trainer.limits["train"])
+            return num_batches(as_batches(self._sharded(self.raw_train)), self.trainer.limits["train"])
 
     def _request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
         assert self.source is not None
         train_loader, val_loaders = self.source.request(val_first)
-        return unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
+        if self.trainer.overfit_batches:
+            train_loader = map_loaders(train_loader, unshuffled)
+        return train_loader, val_loaders
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:
         trainer = self.trainer
         agree = functools.partial(_agree, trainer.strategy)
-        return prepare_train_loader(
-            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler, agree
+        shard = functools.partial(
+            prepare_train_loader,
+            num_replicas=trainer.world_size,
+            rank=trainer.global_rank,
+            seed=trainer.seed,
+            use_distributed_sampler=trainer.use_distributed_sampler,
+            agree=agree,
         )
+        return map_loaders(train_loader, shard)  # each loader of a CombinedLoader sharded on its own
 
     def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> bool:
         """Place the loaders; True when a resumed epoch restarts (see ``_continue_position``)."""
         trainer = self.trainer
         self.raw_train = train_loader
-        self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
+        seeded = functools.partial(seed_samples, data_seed=self.data_seed, several_ranks=trainer.world_size > 1)
+        self.loader = as_batches(map_loaders(self._sharded(train_loader), seeded))
         self.num_batches = num_batches(self.loader, trainer.limits["train"])
         if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
             raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")

@@ -16,6 +16,7 @@ run one after the other; the step gets ``dataloader_idx`` and each loader's metr
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +26,7 @@ import torch
 
 import trainer.data as data
 import trainer.loops.hooks as hooks
+from trainer.data.combined import ShapedLoaders, as_batches, as_given, map_loaders
 from trainer.data.device import transfer
 from trainer.loops.batches import step_with_index
 from trainer.signals import start_iterator
@@ -51,10 +53,21 @@ class EvaluationLoop:
     def setup(self, loaders: list[Iterable[Any]], limit: int | float | None) -> None:
         """Shard each loader without padding; count its batches under ``limit_*_batches``."""
         trainer = self.trainer
-        flag = trainer.use_distributed_sampler
-        self.loaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in loaders]
+        shard = functools.partial(
+            data.prepare_eval_loader,
+            num_replicas=trainer.world_size,
+            rank=trainer.global_rank,
+            use_distributed_sampler=trainer.use_distributed_sampler,
+        )
+        placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded
+        self.loaders = ShapedLoaders(placed, getattr(loaders, "unflatten", list))
         self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
         self.seen = [0 for _ in self.loaders]
+
+    @property
+    def given(self) -> Any:
+        """This stage's loaders as they were given (one, a list or a dict of them), placed; None before setup."""
+        return as_given(self.loaders)
 
     def run(
         self,
