@@ -12,15 +12,20 @@ DATA_CHANGE = ("raise", "restart_epoch")
 CLIP = ("norm", "value")
 
 
-def check_limit(name: str, value: int | float | None) -> None:
+def check_limit(name: str, value: int | float | None) -> int | float | None:
+    """A batch limit: None, a fraction in [0, 1] or a count (a whole float above 1 counts, as in Lightning)."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise MisconfigurationException(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
-    if isinstance(value, float) and value > 1.0:
-        raise MisconfigurationException(
-            f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count."
-        )
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MisconfigurationTypeError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
+    if 0 <= value <= 1:
+        return value
+    if value > 1 and value % 1.0 == 0:
+        return int(value)
+    raise MisconfigurationException(
+        f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int ({name}={value!r}: "
+        "a float is a fraction of the batches, an int a count)."
+    )
 
 
 def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
@@ -41,12 +46,18 @@ def check_val_check_interval(value: int | float | None) -> int | float:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"val_check_interval={value!r} must be an int (batches) or a float (fraction of an epoch).")
+    if isinstance(value, float) and value > 1 and value % 1.0 == 0:
+        value = int(value)  # a whole float counts batches, as in Lightning
     if isinstance(value, int) and value < 1:
         raise MisconfigurationException(
-            f"val_check_interval={value!r}: an int counts training batches and must be >= 1."
+            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): an int "
+            "counts training batches and must be >= 1."
         )
     if isinstance(value, float) and not 0.0 < value <= 1.0:
-        raise MisconfigurationException(f"val_check_interval={value!r}: a float is a fraction of an epoch in (0, 1].")
+        raise MisconfigurationException(
+            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): a float is a "
+            "fraction of an epoch in (0, 1]."
+        )
     return value
 
 
@@ -116,15 +127,18 @@ def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
     if isinstance(fast, bool) or fast is None:
         fast = int(bool(fast))
     elif not isinstance(fast, int) or fast < 0:
-        raise MisconfigurationException(f"fast_dev_run={fast!r} must be a bool or an int >= 0 (batches per stage).")
-    check_limit("overfit_batches", overfit)
-    limits = [values[f"limit_{s}_batches"] for s in ("train", "val", "test", "predict")]
+        raise MisconfigurationException(
+            f"fast_dev_run={fast!r} is not a valid configuration. It should be >= 0: a bool, or an int (batches per "
+            "stage)."
+        )
+    overfit = check_limit("overfit_batches", overfit)
+    limits = [
+        check_limit(f"limit_{s}_batches", values[f"limit_{s}_batches"]) for s in ("train", "val", "test", "predict")
+    ]
     if fast:
         limits = [fast] * 4
     if overfit:
         limits[0] = limits[1] = overfit
-    for stage, value in zip(("train", "val", "test", "predict"), limits):
-        check_limit(f"limit_{stage}_batches", value)
     return dict(zip(("train", "validation", "test", "predict"), limits))
 
 

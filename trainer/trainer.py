@@ -177,7 +177,7 @@ class Trainer:
         self.check_val_every_n_epoch = check_val_every_n_epoch
         self.num_sanity_val_steps: int | float = math.inf if num_sanity_val_steps == -1 else num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
-        self.fast_dev_run = fast_dev_run
+        self.fast_dev_run = True if fast_dev_run == 1 else fast_dev_run  # Lightning's: 1 reads as True
         self.overfit_batches = overfit_batches
         self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
         self.inference_mode = inference_mode

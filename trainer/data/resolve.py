@@ -16,7 +16,6 @@ from trainer.data.combined import CombinedLoader, shaped
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
 from trainer.exceptions import MisconfigurationException
-from trainer.seed import isolate_rng
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -148,64 +147,68 @@ def _training_loader(primary: Any) -> Any:
     return primary
 
 
-def resolve_loaders(
-    strategy: Strategy,
-    use_distributed_sampler: bool,
-    module: Any,
-    stage: str,
-    primary: Any,
-    val: Any,
-    datamodule: Any,
-    val_first: bool = False,
-) -> tuple[Any, list[Any]]:
-    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
+def _source(module: Any, datamodule: Any) -> Any:
+    """Who supplies the loaders not given: the DataModule, else the module."""
+    return datamodule if datamodule is not None else module
 
-    The DataModule (its ``prepare_data`` and ``setup`` already ran) or the module supplies what was
-    not given. A dict of loaders is several loaders, in its order. ``val_first``: Lightning's order
-    when a sanity check runs, which asks for the validation loaders inside it (its random draws
-    undone with the check's) and for the training loader after it.
-    """
-    if is_datamodule(primary):
-        datamodule, primary = primary, None
-    source: Any = datamodule if datamodule is not None else module
-    name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
-    if stage == "fit" and not validates(module):
-        val, val_first = [], False  # neither asked for nor checked, as in Lightning
-    if val_first and val is None and callable(getattr(source, "val_dataloader", None)):
-        with isolate_rng():
-            val = source.val_dataloader()
-    if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
-        primary = getattr(source, f"{name}_dataloader")()
-    if stage == "fit":
-        primary = _training_loader(primary)
-        if val is None and callable(getattr(source, "val_dataloader", None)):
-            val = source.val_dataloader()
-        _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")
-        vals = _as_list(val, "validation")
-        for v in vals:
-            _check_usable(v, strategy.world_size, use_distributed_sampler, "validation")
-        return primary, vals
-    loaders = _as_list(primary, stage)
+
+def resolve_loaders(
+    strategy: Strategy, use_distributed_sampler: bool, module: Any, stage: str, given: Any, datamodule: Any
+) -> list[Any]:
+    """An evaluation stage's loaders (as a list remembering the shape given): ``given``, else the DataModule's
+    or the module's ``<stage>_dataloader()``; each checked."""
+    if is_datamodule(given):
+        datamodule, given = given, None
+    name = {"validation": "val", "validate": "val"}.get(stage, stage)
+    source = _source(module, datamodule)
+    if given is None and callable(getattr(source, f"{name}_dataloader", None)):
+        given = getattr(source, f"{name}_dataloader")()
+    loaders = _as_list(given, stage)
     if not loaders:
         raise MisconfigurationException(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
     for loader in loaders:
         _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
-    return loaders, []
+    return loaders
 
 
 class LoaderSource:
     """Where fit's loaders come from, kept so they can be requested again
     (``reload_dataloaders_every_n_epochs``): given ones are the same objects each time; the module's or
-    DataModule's ``*_dataloader()`` hooks are called anew."""
+    DataModule's ``*_dataloader()`` hooks are called anew. Training's are requested when an epoch needs them,
+    validation's when a validation does (Lightning's points, ``trainer.loops.fit_validation``)."""
 
     def __init__(
         self, strategy: Strategy, use_distributed_sampler: bool, module: Any, train: Any, val: Any, datamodule: Any
     ) -> None:
         if is_datamodule(train):
             datamodule, train = train, None
-        self._args = (strategy, use_distributed_sampler, module, "fit", train, val, datamodule)
+        self.strategy, self.use_distributed_sampler = strategy, use_distributed_sampler
+        self.module, self.train, self.val, self.datamodule = module, train, val, datamodule
         self.validation_warning = skipped_validation_warning(module, val, datamodule)
         self.given = [name for name, obj in (("training", train), ("validation", val)) if obj is not None]
 
-    def request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
-        return resolve_loaders(*self._args, val_first=val_first)
+    @property
+    def defines_val(self) -> bool:
+        """Whether fit validates: a ``validation_step`` and validation loaders given or a ``val_dataloader()``."""
+        source = _source(self.module, self.datamodule)
+        return validates(self.module) and (self.val is not None or _defines_val_loader(source))
+
+    def request_train(self) -> Any:
+        source = _source(self.module, self.datamodule)
+        train = self.train
+        if train is None and callable(getattr(source, "train_dataloader", None)):
+            train = source.train_dataloader()
+        train = _training_loader(train)
+        _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training")
+        return train
+
+    def request_val(self) -> list[Any]:
+        if not self.defines_val:
+            return []
+        val = self.val
+        if val is None:
+            val = _source(self.module, self.datamodule).val_dataloader()
+        loaders = _as_list(val, "validation")
+        for loader in loaders:
+            _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation")
+        return loaders

@@ -87,9 +87,7 @@ def _run_evaluation(
     with running(trainer, module, fn, datamodule):
         module.configure_model()
         strategy = trainer.strategy
-        loaders, _ = resolve_loaders(
-            strategy, trainer.use_distributed_sampler, module, stage, dataloaders, None, datamodule
-        )
+        loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
         _load_weights(trainer, ckpt_path, fn)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
