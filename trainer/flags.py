@@ -55,8 +55,8 @@ def check_val_check_interval(value: int | float | None) -> int | float:
         )
     if isinstance(value, float) and not 0.0 < value <= 1.0:
         raise MisconfigurationException(
-            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): a float is a "
-            "fraction of an epoch in (0, 1]."
+            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): a float "
+            "is a fraction of an epoch in (0, 1]."
         )
     return value
 
