@@ -27,6 +27,7 @@ class HostRead:
     file: str
     line: int
     code: str
+    user: bool = True  # in the user's code; False: inside torch, under the trainer's call (e.g. a lazy initialisation)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" + (f" ({self.code})" if self.code else "")
@@ -45,7 +46,8 @@ def user_line(stack: list[traceback.FrameSummary]) -> HostRead | None:
     it is the trainer's (torch's optimizer step, called by the step), torch's innermost line."""
     frames = [f for f in stack if f.filename and not f.filename.startswith("<")]
     outside = [f for f in frames if not _under(f, (_TORCH, *_STDLIB))]
-    if outside and not _under(outside[-1], (_TRAINER,)):
+    user = bool(outside) and not _under(outside[-1], (_TRAINER,))
+    if user:
         frame = outside[-1]
     else:
         inner = [f for f in frames if not _under(f, _STDLIB)] or frames
@@ -53,7 +55,7 @@ def user_line(stack: list[traceback.FrameSummary]) -> HostRead | None:
             return None
         frame = inner[-1]
     code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
-    return HostRead(frame.filename, frame.lineno or 0, code)
+    return HostRead(frame.filename, frame.lineno or 0, code, user)
 
 
 def _under(frame: traceback.FrameSummary, folders: tuple[str, ...]) -> bool:
