@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from tests.fake_cuda import FakeCuda
-from trainer.graphs.backend import CaptureLeftUnsafe
 from trainer.graphs.cuda import SYNC_WARNING, CudaGraphs, watch_syncs
+from trainer.graphs.lines import CaptureLeftUnsafe
 
 DESIGNS = ["per-generator", "per-capture"]  # torch before 2.13, torch 2.13
 

@@ -25,14 +25,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class CaptureLeftUnsafe(RuntimeError):
-    """A capture failed, and what it left behind in torch cannot be undone here: running on would crash later."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why
-
-
 class GraphBackend(Protocol):
     """What ``CapturedStep`` asks of a device. ``Graph`` objects are opaque to it."""
 

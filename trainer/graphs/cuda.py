@@ -35,8 +35,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from trainer.graphs.backend import CaptureLeftUnsafe
-from trainer.graphs.lines import Watch, frames_here, user_line
+from trainer.graphs.lines import CaptureLeftUnsafe, Watch, frames_here, user_line
 from trainer.graphs.optimizers import DeviceLearningRates, LearningRates, make_capturable
 
 T = TypeVar("T")

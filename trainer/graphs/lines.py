@@ -1,4 +1,6 @@
-"""Where a step did what a graph cannot: the user's line, found from a stack or an exception's traceback.
+"""Where a step did what a graph cannot: the user's line, found from a stack or an exception's traceback; and
+``CaptureLeftUnsafe``, which a backend raises for a failed capture it cannot undo (here, so the backend seam
+and the CUDA backend share it without importing each other).
 
 A host read deep inside torch (``print(loss)`` reads through ``torch/_tensor_str.py``) or an error
 raised while a capture ends is reported at the line of the user's code that caused it: the innermost
@@ -31,6 +33,14 @@ class HostRead:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" + (f" ({self.code})" if self.code else "")
+
+
+class CaptureLeftUnsafe(RuntimeError):
+    """A capture failed, and what it left behind in torch cannot be undone here: running on would crash later."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 @dataclass
