@@ -1,4 +1,5 @@
-"""Out-of-memory errors, recognised as Lightning recognises them (for the batch-size finder)."""
+"""Out-of-memory errors, recognised as Lightning recognises them, so the batch-size finder tells a trial that
+ran out of memory from one that failed otherwise."""
 
 from __future__ import annotations
 
