@@ -88,11 +88,14 @@ class EvaluationLoop:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         previous = trainer.metric_log.start(stage, len(self.loaders))
-        first = start_iterator(self.loaders[0]) if self.loaders else None
+        started = self.loaders[0] if self.loaders else None
+        first = start_iterator(started) if started is not None else None
         modes = {name: sub.training for name, sub in module.named_modules()}  # each submodule's own mode
         getattr(module, f"on_{stage}_model_eval")()
         hooks.call(trainer, f"on_{stage}_start")
         hooks.call(trainer, f"on_{stage}_epoch_start")
+        if self.loaders and self.loaders[0] is not started:  # a hook set new loaders up (BatchSizeFinder)
+            first = None
         self.predictions = [[] for _ in self.loaders]
         try:
             for idx, loader in enumerate(self.loaders):

@@ -61,11 +61,12 @@ class FitValidation:
         every = self.trainer.check_val_every_n_epoch
         return every is None or (epoch + 1) % every == 0
 
-    def load(self) -> None:
-        """Request the loaders when none are loaded or a reload is due."""
+    def load(self, now: bool = False) -> None:
+        """Request the loaders when none are loaded or a reload is due (``now``: at once, as the batch-size search
+        does after changing the batch size)."""
         trainer, epoch = self.trainer, self.progress.epoch
         every = trainer.reload_dataloaders_every_n_epochs
-        if self.loaded and not (every and epoch - self.loaded_epoch >= every):
+        if not self.defined or (self.loaded and not now and not (every and epoch - self.loaded_epoch >= every)):
             return
         previous = list(self.loop.loaders)
         self.loop.setup(self.request(), trainer.limits["validation"])

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
+from trainer.exceptions import TunerExit
 from trainer.failures import note_worker_failure
 from trainer.loggers.folder import share_run_folders
 from trainer.loops.checks import check_module, check_uncalled_hooks
@@ -49,6 +50,9 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         with batch_idx_optional(module):
             yield
         status = "success"
+    except TunerExit:  # the Tuner's search is done: a clean end, which the Tuner catches
+        status = "success"
+        raise
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
         # before other ranks are stopped: they may still tell
