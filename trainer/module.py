@@ -276,6 +276,11 @@ class Module(nn.Module):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call Trainer.fit(module) first.")
         return trainer  # type: ignore[no-any-return]
 
+    @trainer.setter
+    def trainer(self, trainer: TrainerView | None) -> None:
+        """Lightning's ``model.trainer = trainer`` (a Trainer attaches itself when a stage starts)."""
+        object.__setattr__(self, "_trainer", trainer)
+
     @property
     def device(self) -> torch.device:
         trainer = self.__dict__.get("_trainer")

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 class Trainer:
     """Runs a ``Module``: ``Trainer(max_epochs=3).fit(module, train_loader, val_loader)``."""
 
+    @flags.from_environment
     def __init__(
         self,
         accelerator: str | Accelerator = "auto",
@@ -59,7 +60,7 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
-        val_check_interval: int | float | None = None,
+        val_check_interval: int | float | str | timedelta | dict[str, int] | None = None,
         check_val_every_n_epoch: int | None = 1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -110,8 +111,9 @@ class Trainer:
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.
             gradient_clip_val: clip gradients to this norm or value (None: no clipping).
             gradient_clip_algorithm: "norm" (None: the default) or "value".
-            val_check_interval: validate every N training batches (int) or this fraction of an epoch (float;
-                default 1.0: at the epoch end). With check_val_every_n_epoch=None an int counts across epochs.
+            val_check_interval: validate every N training batches (int), this fraction of an epoch (float; default
+                1.0: at the epoch end), or once this much time passed ("DD:HH:MM:SS", a timedelta or a dict such as
+                {"minutes": 30}). With check_val_every_n_epoch=None an int counts across epochs.
             check_val_every_n_epoch: validate in every n-th epoch (None: by val_check_interval alone).
             limit_train_batches: batches per epoch: an int count or a fraction in [0, 1].
             limit_val_batches: batches per validation: an int count or a fraction in [0, 1].
@@ -161,7 +163,7 @@ class Trainer:
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
-        self.val_check_interval = flags.check_val_check_interval(val_check_interval)
+        self.val_check_interval = flags.check_val_check_interval(val_check_interval, check_val_every_n_epoch)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
         self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
@@ -204,14 +206,14 @@ class Trainer:
             check_trainer(self)
         self.seed = seed
         self.requeue_signal = requeue_signal
-        self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
+        self._loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
         )
         self.should_stop = False  # callbacks and modules may set it
         self.state = TrainerState()  # what runs now and what it loaded: changed only through its methods
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
-        self.metric_log = MetricLog(self.strategy, self.loggers)
+        self.metric_log = MetricLog(self.strategy, self._loggers)  # the same list: the setters change it in place
         self.fit_loop: FitLoop = FitLoop(self, max_epochs)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
@@ -378,8 +380,22 @@ class Trainer:
         return self.strategy.is_global_zero
 
     @property
+    def loggers(self) -> list[Logger]:
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, loggers: Iterable[Logger] | None) -> None:
+        """Lightning's ``trainer.loggers = [...]`` (None or [] for none)."""
+        self._loggers[:] = list(loggers or [])
+
+    @property
     def logger(self) -> Logger | None:
         return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """Lightning's ``trainer.logger = ...``: the one logger, or none."""
+        self.loggers = [logger] if logger else []
 
     @property
     def log_dir(self) -> str | None:
@@ -470,6 +486,13 @@ class Trainer:
             and bool(self.fit_loop.val_loop.loaders)
             and self.limits["validation"] != 0
         )
+
+    @property
+    def val_check_batch(self) -> int | float | None:
+        """Training batches between validations in this fit (inf: at the end of the data; None: time-based)."""
+        if isinstance(self.val_check_interval, timedelta):
+            return None
+        return self.fit_loop.validation.check_batch
 
     @property
     def evaluating(self) -> bool:

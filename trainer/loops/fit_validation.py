@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
@@ -36,6 +38,7 @@ class FitValidation:
         self.defined = False  # fit validates: a validation_step, validation loaders, limit_val_batches > 0
         self.loaded = False
         self.loaded_epoch = -math.inf  # the epoch of the last request that counts for reloads
+        self.last_time = time.monotonic()  # a time-based val_check_interval counts from the last validation
 
     def setup(self, request: Callable[[], list[Any]], defined: bool, early: list[Any] | None = None) -> None:
         """Where the loaders come from; ``early``: those asked for before the sanity check (its loaders)."""
@@ -52,7 +55,11 @@ class FitValidation:
         trainer = self.trainer
         self.num_training_batches = num_training_batches
         every = trainer.check_val_every_n_epoch if self.defined else None  # no validation: nothing to check
-        self.check_batch = val_check_batch(trainer.val_check_interval, num_training_batches, every)
+        interval = trainer.val_check_interval
+        if isinstance(interval, timedelta):  # time-based: no batch count (Lightning's val_check_batch is None)
+            self.check_batch = math.inf
+            return
+        self.check_batch = val_check_batch(interval, num_training_batches, every)
 
     def may_run(self) -> bool:
         return self.defined and (not self.loaded or sum(self.loop.num_batches) > 0)
@@ -84,6 +91,8 @@ class FitValidation:
             return False
         if trainer.should_stop and self.can_stop():
             return True
+        if isinstance(trainer.val_check_interval, timedelta):  # Lightning 2.6: once the time has passed
+            return time.monotonic() - self.last_time >= trainer.val_check_interval.total_seconds()
         last = batch_idx + 1 >= self.num_training_batches
         if math.isinf(self.check_batch):
             return last
@@ -92,6 +101,7 @@ class FitValidation:
 
     def before_training(self) -> None:
         """Lightning's request before ``on_train_start``, when the first epoch validates (its bars show them)."""
+        self.last_time = time.monotonic()
         if self.defined and not self.loaded and self.validates_epoch(self.progress.epoch):
             self.load()
 
@@ -106,6 +116,7 @@ class FitValidation:
             trainer.lightning_module.on_validation_model_zero_grad()
         with trainer.state.running("validate"):  # the count before on_validation_end: a checkpoint saved there has it
             self.loop.run(before_end=progress.finish_validation)
+        self.last_time = time.monotonic()
 
     def sanity_check(self) -> None:
         """A few validation batches first, so a bug there shows before hours of training."""

@@ -100,6 +100,7 @@ class TrainingStep:
         self.optimizer = optimization.optimizers[0] if self.automatic else None
         self.window = AccumulationWindow()
         self.nonfinite = NonfiniteLosses()
+        self.none_steps = 0  # batches of this epoch whose training_step returned None (skipped, as in Lightning)
         self.step_loss: torch.Tensor | None = None  # the last loss, graph head kept (see batch_step)
         self.forward: BatchStep = trainer.lightning_module.training_step
         self.before_zero_grad: tuple[hooks.Hook, ...] = ()
@@ -219,8 +220,10 @@ class TrainingStep:
                     else:
                         backward(loss)
             except Exception:
-                check_loss(output, progress.global_step)
-                raise
+                if output is not None or not self._skip_none():  # None: Lightning's skipped batch
+                    check_loss(output, progress.global_step)
+                    raise
+                loss = None
             if step is not None:
                 if prepare is not None:  # unscale first, so the hooks and clipping see the true gradients
                     prepare(optimizer)
@@ -323,6 +326,24 @@ class TrainingStep:
             self._after()
         return result
 
+    def _skip_none(self) -> bool:
+        """``training_step`` returned None: Lightning skips the backward (the optimizer still steps, on what the
+        window accumulated), warning once; on several ranks it refuses, as a skipped all-reduce would hang."""
+        if self.trainer.world_size > 1:
+            raise RuntimeError(
+                "Skipping the `training_step` by returning None in distributed training is not supported. It is "
+                "recommended that you rewrite your training logic to avoid having to skip the step in the first place."
+            )
+        if not self.none_steps:
+            warnings.warn(
+                "`training_step` returned `None`. If this was on purpose, ignore this warning... (the batch is "
+                "skipped: no backward; did it forget to return the loss?)",
+                UserWarning,
+                stacklevel=5,
+            )
+        self.none_steps += 1
+        return True
+
     # ---- non-finite losses -----------------------------------------------------------------------------------
     def check_nonfinite(self) -> None:
         """Raise now if a deferred check found a non-finite loss (one synchronization); the module checks
@@ -332,6 +353,7 @@ class TrainingStep:
     def end_epoch(self, batches: int, report: bool) -> None:
         """An epoch's end: a deferred non-finite loss raises; batches skipped for one are reported (``report``)."""
         self.check_nonfinite()
+        self.none_steps = 0
         if self.skipped and report:
             warnings.warn(
                 f"on_nonfinite_loss='skip' skipped {self.skipped} of the {batches} batches of epoch "
