@@ -107,3 +107,68 @@ def test_flags_from_the_environment_and_the_logger_setters(tmp_path: Path, monke
     model.trainer = fit  # Lightning's setter
     assert model.trainer is fit
     assert torch.is_tensor(next(model.parameters()))
+
+
+def test_ctrl_c_in_a_stage_tears_down_and_exits_with_status_1(tmp_path: Path) -> None:
+    """trainer/test_trainer.py::test_on_exception_hook: callbacks see the KeyboardInterrupt, then SystemExit(1)."""
+    seen: list[BaseException] = []
+
+    class Interrupt(trainer.Callback):
+        def on_train_batch_start(self, *args: Any) -> None:
+            raise KeyboardInterrupt
+
+        def on_exception(self, t: Any, module: Any, exception: BaseException) -> None:
+            seen.append(exception)
+
+    fit = quiet(tmp_path, max_epochs=1, callbacks=[Interrupt()])
+    with pytest.raises(SystemExit) as exit_info:
+        fit.fit(Regressor(), loader(regression_data(16)))
+    assert exit_info.value.code == 1 and fit.interrupted and isinstance(seen[0], KeyboardInterrupt)
+
+
+def test_should_stop_mid_epoch_counts_the_epoch_and_validates_there(tmp_path: Path) -> None:
+    """loops/test_training_loop.py::test_should_stop_mid_epoch (max_steps mid-epoch keeps the position instead)."""
+    validated: list[tuple[int, int]] = []
+
+    class Stopping(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 4:
+                self.trainer.should_stop = True
+            return super().training_step(batch, batch_idx)
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            validated.append((self.trainer.current_epoch, self.trainer.global_step))
+
+    fit = quiet(tmp_path, max_epochs=1, limit_val_batches=1)
+    fit.fit(Stopping(), loader(regression_data(80)), loader(regression_data(8)))
+    assert (fit.current_epoch, fit.global_step, validated) == (1, 5, [(0, 5)])
+
+
+def test_evaluation_samplers_are_told_the_epoch(tmp_path: Path) -> None:
+    """loops/test_evaluation_loop.py::test_evaluation_loop_sampler_set_epoch_called."""
+    told: list[int] = []
+
+    class Sampler(torch.utils.data.SequentialSampler):
+        def set_epoch(self, epoch: int) -> None:
+            told.append(epoch)
+
+    data = regression_data(8)
+    val = torch.utils.data.DataLoader(data, batch_size=8, sampler=Sampler(data))
+    fit = quiet(tmp_path, max_epochs=2, num_sanity_val_steps=1)
+    fit.fit(Regressor(), loader(regression_data(8)), val)
+    assert told == [0, 0, 1]  # the sanity check, then each epoch's validation
+    fit.validate(Regressor(), val, verbose=False)
+    assert told[-1] == 2
+
+
+def test_a_trainer_pickles_and_detect_anomaly_names_the_op(tmp_path: Path) -> None:
+    import pickle
+
+    assert isinstance(pickle.loads(pickle.dumps(trainer.Trainer(default_root_dir=tmp_path))), trainer.Trainer)
+
+    class Nan(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return super().training_step(batch, batch_idx) * float("nan")
+
+    with pytest.raises(RuntimeError, match="returned nan values"):
+        quiet(tmp_path, max_steps=1, detect_anomaly=True).fit(Nan(), loader(regression_data(8)))

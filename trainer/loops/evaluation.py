@@ -89,6 +89,8 @@ class EvaluationLoop:
         module = trainer.lightning_module
         previous = trainer.metric_log.start(stage, len(self.loaders))
         started = self.loaders[0] if self.loaders else None
+        if started is not None:  # Lightning calls each sampler's set_epoch with the current epoch
+            data.set_epoch(started, trainer.current_epoch)
         first = start_iterator(started) if started is not None else None
         modes = {name: sub.training for name, sub in module.named_modules()}  # each submodule's own mode
         getattr(module, f"on_{stage}_model_eval")()
@@ -126,6 +128,8 @@ class EvaluationLoop:
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
+        if started is None:  # the first loader's sampler was told its epoch before its iterator started
+            data.set_epoch(loader, trainer.current_epoch)
         batches: Iterable[Any] = start_iterator(loader) if started is None else started
         if math.isfinite(total):  # never one batch more than is run: the loader is not asked for it
             batches = itertools.islice(batches, int(total))

@@ -266,8 +266,10 @@ class FitLoop:
             if stop:
                 self.stop.received = self.stop.received or "SIGTERM"
                 return False
-            if progress.global_step >= max_steps or (trainer.should_stop and self._can_stop()):
-                return batch_idx + 1 >= limit
+            if trainer.should_stop and self._can_stop():
+                return True  # Lightning's rule: an epoch stopped by should_stop counts as done (current_epoch moves on)
+            if progress.global_step >= max_steps:
+                return batch_idx + 1 >= limit  # max_steps mid-epoch: the position stays there, for an exact resume
         if batch_idx < 0:
             raise MisconfigurationException(
                 f"the training loader yielded no batch in epoch {progress.epoch}. A generator or iterator is used up "

@@ -118,7 +118,8 @@ class TrainingStep:
         """Resolve what a batch calls; hooks nobody overrides are not called at all."""
         trainer = self.trainer
         self.window = read_window(trainer, num_batches) if self.automatic else AccumulationWindow(1, num_batches)
-        self.nonfinite.start_epoch(trainer.on_nonfinite_loss)
+        # detect_anomaly: autograd's anomaly mode stops the run at the op that made the NaN (Lightning's error)
+        self.nonfinite.start_epoch("off" if trainer.detect_anomaly else trainer.on_nonfinite_loss)
         self.forward = trainer.precision.autocast(trainer.strategy.step_function("training"))
         self._resolve_step_hooks()
         if not self.automatic:
