@@ -73,14 +73,16 @@ def test_fit_validates_every_loader_and_a_checkpoint_can_monitor_one(tmp_path: P
 
 
 def test_a_step_that_cannot_tell_loaders_apart_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"2 loaders were given for validation_step.*dataloader_idx=0"):
+    with pytest.raises(
+        RuntimeError, match=r"You provided multiple `val_dataloader`, but no `dataloader_idx`.*dataloader_idx=0"
+    ):
         quiet(tmp_path).validate(Regressor(), loaders())
 
     class Needs(Regressor):
         def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int) -> None: ...
 
     with pytest.raises(
-        TypeError, match=r"one loader was given for validation_step, but validation_step requires dataloader_idx"
+        TypeError, match=r"You provided only a single `val_dataloader`, but have included `dataloader_idx`"
     ):
         quiet(tmp_path).validate(Needs(), loaders()[0])
 

@@ -14,6 +14,11 @@ class MisconfigurationTypeError(MisconfigurationException, TypeError):
     """A flag of the wrong type: caught as Lightning's ``MisconfigurationException`` and as Python's ``TypeError``."""
 
 
+class SignatureError(RuntimeError, TypeError):
+    """A step or hook whose parameters do not fit how the loop calls it: Lightning's ``RuntimeError``, and a
+    ``TypeError`` as Python would raise at the call."""
+
+
 class SIGTERMException(SystemExit):
     """A SIGTERM ended fit: raised once ``interrupted.ckpt`` is saved (exit status 0), so a callback's
     ``on_exception`` can tell a termination from a failure."""

@@ -28,7 +28,9 @@ import trainer.data as data
 import trainer.loops.hooks as hooks
 from trainer.data.combined import ShapedLoaders, as_batches, as_given, map_loaders
 from trainer.data.device import transfer
-from trainer.loops.batches import step_with_index
+from trainer.loops.batches import check_dataloader_idx, step_with_index
+from trainer.module import Module
+from trainer.overrides import overrides
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
@@ -125,7 +127,9 @@ class EvaluationLoop:
         results.use_loader(idx)
         several = len(self.loaders) > 1
         user_step = getattr(module, _STEP[stage])
-        step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
+        count, owner = len(self.loaders), type(module).__name__
+        step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], count, idx, owner)
+        _check_batch_hooks(module, stage, count)
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
         if started is None:  # the first loader's sampler was told its epoch before its iterator started
@@ -160,6 +164,14 @@ class EvaluationLoop:
                 trainer.metric_log.eval_step_end(self.seen[idx], write)
             self.seen[idx] += write  # not in the sanity check
         results.batch = None
+
+
+def _check_batch_hooks(module: Module, stage: EvalStage, count: int) -> None:
+    """The module's batch start/end hooks take ``dataloader_idx`` as its steps must (Lightning's rule)."""
+    prefix = "val" if stage == "validation" else stage
+    for name in (f"on_{stage}_batch_start", f"on_{stage}_batch_end"):
+        if overrides(module, name, Module):
+            check_dataloader_idx(getattr(module, name), name, type(module).__name__, count, prefix)
 
 
 def _restore_modes(module: Module, stage: EvalStage, modes: dict[str, bool]) -> None:

@@ -1,8 +1,10 @@
-"""Steps written without ``batch_idx`` (``training_step(self, batch)``), which Lightning accepts.
+"""Steps written without ``batch_idx`` (``training_step(self, batch)``), or taking ``dataloader_idx`` through
+``*args`` (``validation_step(self, batch, batch_idx, *_)``), which Lightning accepts.
 
-Lightning passes ``batch_idx`` only to a step whose signature has room for it. Every loop and
-strategy here calls ``step(batch, batch_idx)``, so for the duration of a stage such a step is
-shadowed on the instance by one that drops the index; a step that takes it costs nothing.
+Lightning passes ``batch_idx`` only to a step whose signature has room for it, and ``dataloader_idx`` as the third
+positional argument. Every loop and strategy here calls ``step(batch, batch_idx[, dataloader_idx=...])``, so for the
+duration of a stage such a step is shadowed on the instance by one that drops the index, or passes the loader's
+index positionally; a step that takes them by name costs nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,21 @@ def takes_batch_idx(step: Callable[..., Any]) -> bool:
     return any(p.name == "batch_idx" or p.kind is p.VAR_POSITIONAL for p in params) or len(positional) >= 2
 
 
+def _positional_loader_idx(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def call(batch: Any, batch_idx: int, **kwargs: Any) -> Any:
+        if "dataloader_idx" in kwargs:
+            return step(batch, batch_idx, kwargs.pop("dataloader_idx"), **kwargs)
+        return step(batch, batch_idx, **kwargs)
+
+    return call
+
+
+def _takes_loader_idx_in_args(step: Callable[..., Any]) -> bool:
+    params = inspect.signature(step).parameters
+    return "dataloader_idx" not in params and any(p.kind is p.VAR_POSITIONAL for p in params.values())
+
+
 def _without_batch_idx(step: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(step)  # inspect.signature still sees the user's parameters (dataloader_idx checks)
     def call(batch: Any, batch_idx: int, **kwargs: Any) -> Any:
@@ -39,8 +56,13 @@ def batch_idx_optional(module: nn.Module) -> Iterator[None]:
     shadowed = []
     for name in STEPS:
         step = getattr(module, name, None)
-        if callable(step) and name not in module.__dict__ and not takes_batch_idx(step):
+        if not callable(step) or name in module.__dict__:
+            continue
+        if not takes_batch_idx(step):
             module.__dict__[name] = _without_batch_idx(step)
+            shadowed.append(name)
+        elif _takes_loader_idx_in_args(step):
+            module.__dict__[name] = _positional_loader_idx(step)
             shadowed.append(name)
     try:
         yield
