@@ -44,6 +44,11 @@ MODULES = {
     "lightning.pytorch.utilities": "trainer.utilities",
     "lightning.pytorch.utilities.data": "trainer.utilities.data",
     "lightning.pytorch.utilities.exceptions": "trainer.utilities.exceptions",
+    # lightning.fabric's modules holding names a Lightning script uses with the Trainer; fabric's others stay its own
+    "lightning.fabric.utilities.exceptions": "trainer.utilities.exceptions",
+    "lightning.fabric.utilities.rank_zero": "trainer.utilities.rank_zero",
+    "lightning.fabric.utilities.seed": "trainer.utilities.seed",
+    "lightning.fabric.utilities.warnings": "trainer.utilities.warnings",
 }
 
 # Lightning's internal modules: the loops, the connectors that mutate its Trainer, its launchers and wrappers. A port
@@ -58,7 +63,7 @@ INTERNAL_MODULES = (
 )
 
 _FROM = re.compile(
-    r"^(?P<indent>[ \t]*)from (?P<module>lightning(?:\.pytorch(?:\.\w+)*)?) import "
+    r"^(?P<indent>[ \t]*)from (?P<module>lightning(?:\.(?:pytorch|fabric)(?:\.\w+)*)?) import "
     r"(?:\((?P<group>[^)]*)\)|(?P<names>[^#\n]*?))(?P<tail>[ \t]*(?:#[^\n]*)?)$",
     re.MULTILINE,
 )
@@ -68,8 +73,11 @@ _IMPORT_AS = re.compile(
 
 
 def ported_module(module: str) -> str | None:
-    """steadytrain's module for Lightning's ``module``; None outside ``lightning.pytorch`` (``lightning.fabric``)."""
-    if module != "lightning" and not (module == "lightning.pytorch" or module.startswith("lightning.pytorch.")):
+    """steadytrain's module for Lightning's ``module``; None outside ``lightning.pytorch`` (``lightning.fabric``'s
+    modules other than the few listed)."""
+    if module in MODULES:
+        return MODULES[module]
+    if not module.startswith("lightning.pytorch."):
         return None
     parts = module.split(".")
     while ".".join(parts) not in MODULES:

@@ -19,7 +19,13 @@ from lightning_utilities.core.rank_zero import (
 
 from trainer.launch import rank_from_environment, set_global_rank
 
+
+class LightningDeprecationWarning(DeprecationWarning):
+    """Lightning's category for its deprecation notices (shown by default, as Lightning's are)."""
+
+
 __all__ = [
+    "LightningDeprecationWarning",
     "WarningCache",
     "rank_prefixed_message",
     "rank_zero_debug",
