@@ -205,3 +205,65 @@ def test_hparams_files_round_trip(tmp_path: Path) -> None:
     (tmp_path / "evil.yaml").write_text("x: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(Exception, match="could not determine a constructor"):
         load_hparams_from_yaml(tmp_path / "evil.yaml", use_omegaconf=False)
+
+
+# ---- Trainer.__init__ as Lightning's signature ---------------------------------------------------------------
+def test_lightnings_none_defaults_mean_on(tmp_path: Path) -> None:
+    """Lightning's Trainer defaults logger/enable_*/precision to None and reads None as its default."""
+    fit = trainer.Trainer(
+        logger=None, enable_progress_bar=None, enable_checkpointing=None, enable_model_summary=None, precision=None
+    )
+    assert fit.logger is not None and fit.checkpoint_callback is not None
+    assert fit.progress_bar_callback is not None
+    off = trainer.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert (off.logger, off.checkpoint_callback, off.progress_bar_callback) == (None, None, None)
+
+
+@pytest.mark.parametrize("value", [True, "warn"])
+def test_deterministic_true_raises_and_warn_warns(value: Any) -> None:
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        trainer.Trainer(deterministic=value)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled() == (value == "warn")
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_bad_deterministic_and_model_registry_are_refused_by_name() -> None:
+    with pytest.raises(MisconfigurationException, match=r"deterministic='always'.*'warn'"):
+        trainer.Trainer(deterministic="always")
+    with pytest.raises(MisconfigurationException, match="model_registry='hub-name'"):
+        trainer.Trainer(model_registry="hub-name")
+
+
+def test_enable_autolog_hparams_false_gives_the_logger_no_hparams(tmp_path: Path) -> None:
+    import yaml
+
+    class Saved(Regressor):
+        def __init__(self, width: int = 3) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    for autolog in (True, False):
+        fit = trainer.Trainer(
+            default_root_dir=tmp_path / str(autolog),
+            max_steps=1,
+            enable_autolog_hparams=autolog,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        fit.fit(Saved(), data())
+        written = Path(fit.log_dir) / "hparams.yaml"  # TensorBoardLogger writes an empty one, as Lightning's
+        assert ("width" in (yaml.safe_load(written.read_text()) or {})) == autolog
+
+
+def test_trainer_takes_every_parameter_of_lightnings() -> None:
+    """A Lightning 2.6.6 `fit --print_config` YAML lists every Trainer parameter; each is one of ours."""
+    import inspect
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parent / "cli_fixtures" / "lightning_2_6_6_print_config.yaml").read_text())
+    ours = set(inspect.signature(trainer.Trainer.__init__).parameters)
+    assert set(config["trainer"]) - ours <= {"barebones", "plugins"}  # issue 34: the launch-mode work adds these

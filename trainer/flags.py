@@ -269,3 +269,21 @@ def from_environment(init: Callable[..., None]) -> Callable[..., None]:
         init(self, **kwargs)
 
     return with_environment
+
+
+def check_deterministic(value: Any) -> bool | str:
+    """Lightning's ``deterministic``: True, False, None (False) or "warn"."""
+    if value is None:
+        return False
+    if value not in (True, False, "warn"):
+        raise MisconfigurationException(f"deterministic={value!r}: choose True, False, None or 'warn'.")
+    return value  # type: ignore[no-any-return]
+
+
+def check_model_registry(value: str | None) -> None:
+    """Lightning's model hub upload (``model_registry="name"``) needs Lightning's cloud service; refused by name."""
+    if value is not None:
+        raise MisconfigurationException(
+            f"model_registry={value!r}: steadytrain has no model registry (Lightning uploads to its cloud hub). "
+            "Leave it None; copy the checkpoint where you keep models (ModelCheckpoint(dirpath=...))."
+        )

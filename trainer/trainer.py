@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -52,7 +52,7 @@ class Trainer:
         devices: int | str | list[int] = "auto",
         strategy: str | Strategy = "auto",
         num_nodes: int = 1,
-        precision: str | int | Precision = "32-true",
+        precision: str | int | Precision | None = None,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
         max_steps: int = -1,
@@ -72,17 +72,17 @@ class Trainer:
         overfit_batches: int | float = 0.0,
         reload_dataloaders_every_n_epochs: int = 0,
         inference_mode: bool = True,
-        deterministic: bool = False,
+        deterministic: bool | Literal["warn"] | None = None,
         benchmark: bool | None = None,
         detect_anomaly: bool = False,
         sync_batchnorm: bool = False,
         profiler: str | Profiler | None = None,
         default_root_dir: str | os.PathLike[str] | None = None,
-        logger: bool | Logger | Iterable[Logger] = True,
+        logger: bool | Logger | Iterable[Logger] | None = None,
         callbacks: Callback | Iterable[Callback] | None = None,
-        enable_progress_bar: bool = True,
-        enable_checkpointing: bool = True,
-        enable_model_summary: bool = True,
+        enable_progress_bar: bool | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_model_summary: bool | None = None,
         max_time: str | timedelta | dict[str, int] | None = None,
         on_nonfinite_loss: str = "raise",
         on_data_change: str = "raise",
@@ -92,6 +92,8 @@ class Trainer:
         seed: int = 0,
         requeue_signal: str | None = "SIGUSR1",
         collective_timeout: float | timedelta | None = None,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
     ) -> None:
         """Check every flag now, so a typo fails before any work starts.
 
@@ -127,7 +129,8 @@ class Trainer:
                 loader), unshuffled, to check that the model can fit them.
             reload_dataloaders_every_n_epochs: ask the module or DataModule for new loaders every n epochs.
             inference_mode: evaluate under torch.inference_mode (else torch.no_grad).
-            deterministic: ask PyTorch for deterministic algorithms.
+            deterministic: PyTorch's deterministic algorithms: True (an op without one raises), "warn" (it warns),
+                None or False (off).
             benchmark: torch.backends.cudnn.benchmark (None: leave it as it is).
             detect_anomaly: torch.autograd's anomaly detection during fit (slow; names the op that made a NaN).
             sync_batchnorm: BatchNorm statistics over the global batch (strategy="ddp").
@@ -135,7 +138,8 @@ class Trainer:
                 (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
             default_root_dir: folder for run folders (logs, checkpoints); None: the working directory, whose
                 ``lightning_logs/version_N`` the default logger writes, as Lightning's.
-            logger: True for the CSV logger, False for none, or Logger instance(s).
+            logger: True or None (the default: TensorBoard where tensorboard is installed, else CSV, in
+                ``<default_root_dir>/lightning_logs``), False for none, or Logger instance(s).
             callbacks: extra callbacks (a ModelCheckpoint and a TQDMProgressBar are added if missing).
             enable_progress_bar: draw a progress bar on rank zero.
             enable_checkpointing: keep last.ckpt and the best checkpoints.
@@ -156,7 +160,16 @@ class Trainer:
             requeue_signal: extra signal that saves and exits like SIGTERM (SLURM requeue), or None.
             collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
                 fails naming it (default 600: long enough for rank 0 to write a large checkpoint).
+            enable_autolog_hparams: give the loggers the module's (and DataModule's) saved hyper-parameters when
+                fit starts.
+            model_registry: Lightning's model hub upload; not supported (None only).
         """
+        flags.check_model_registry(model_registry)
+        enable_progress_bar = enable_progress_bar is not False  # None: Lightning's default, on
+        enable_checkpointing = enable_checkpointing is not False
+        enable_model_summary = enable_model_summary is not False
+        logger = True if logger is None else logger
+        precision = "32-true" if precision is None else precision
         num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
         log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
         gradient_clip_algorithm = "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm
@@ -183,7 +196,8 @@ class Trainer:
         self.overfit_batches = overfit_batches
         self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
         self.inference_mode = inference_mode
-        self.deterministic = deterministic
+        self.deterministic = flags.check_deterministic(deterministic)
+        self.enable_autolog_hparams = enable_autolog_hparams
         self.detect_anomaly = detect_anomaly
         self.profiler = build_profiler(profiler)
         if benchmark is not None:
@@ -221,7 +235,7 @@ class Trainer:
         self._module: Module | None = None
         self._datamodule: Any = None
         if deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
     # ---- the run's facts, read-only ----------------------------------------------------------

@@ -181,6 +181,12 @@ class CLI:
             default=None,
             help='Checkpoint to resume (fit) or to load weights from; "last": the newest one.',
         )
+        parser.add_argument(
+            "--weights_only",
+            type=bool | None,
+            default=None,
+            help="Load the checkpoint with torch.load(weights_only=...) (None: True, the safe load).",
+        )
         return parser
 
     def _add_arguments(self, parser: ArgumentParser) -> None:
@@ -289,7 +295,9 @@ class CLI:
         getattr(self, f"before_{name}")()
         method = getattr(self, name, None) or getattr(self.trainer, name)  # a subclass may define fit() etc.
         try:
-            result = method(self.model, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
+            weights_only = self._subconfig(self.config).get("weights_only")
+            extra = {} if weights_only is None else {"weights_only": weights_only}
+            result = method(self.model, datamodule=self.datamodule, ckpt_path=self.ckpt_path, **extra)
         except ConfigExistsError as err:
             self._parser(name).error(str(err))
         if name in ("validate", "test") and self.trainer.is_global_zero:

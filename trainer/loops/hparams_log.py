@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> None:
-    if not trainer.is_global_zero:
+    if not trainer.is_global_zero or not trainer.enable_autolog_hparams:  # Trainer(enable_autolog_hparams=False)
         return
     params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
     for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
