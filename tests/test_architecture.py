@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         ["trainer.claims", "trainer.checkpoint", "trainer.supervise", "trainer.metric_log", "trainer.loggers"],
     ),
     ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
-    ("the user's code", ["trainer.module", "trainer.datamodule"]),
+    ("the user's code", ["trainer.module", "trainer.datamodule", "trainer.export"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
     ("callbacks", ["trainer.callbacks"]),
     ("the captured step (cuda_graph=True)", ["trainer.graphs"]),

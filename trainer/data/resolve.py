@@ -76,15 +76,17 @@ def _is_loader_dict(obj: Any) -> bool:
 def validates(module: Any) -> bool:
     """Whether fit validates: only a module with a ``validation_step`` does (Lightning skips the loop, and the
     sanity check, otherwise, and never asks for the validation loaders)."""
-    return callable(getattr(module, "validation_step", None))
+    from trainer.module import written
+
+    return written(module, "validation_step")
 
 
 def _defines_val_loader(source: Any) -> bool:
     """Lightning's test: ``val_dataloader`` overridden (a DataModule's default returns None)."""
     from trainer.datamodule import DataModule
+    from trainer.module import written
 
-    hook = getattr(source, "val_dataloader", None)
-    if not callable(hook):
+    if not written(source, "val_dataloader"):
         return False
     return not isinstance(source, DataModule) or type(source).val_dataloader is not DataModule.val_dataloader
 
@@ -137,19 +139,21 @@ def resolve_loaders(
     """
     if is_datamodule(primary):
         datamodule, primary = primary, None
+    from trainer.module import written
+
     source: Any = datamodule if datamodule is not None else module
     name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
     if stage == "fit" and not validates(module):
         val, val_first = [], False  # neither asked for nor checked, as in Lightning
-    if val_first and val is None and callable(getattr(source, "val_dataloader", None)):
+    if val_first and val is None and written(source, "val_dataloader"):
         with isolate_rng():
             val = source.val_dataloader()
-    if primary is None and callable(getattr(source, f"{name}_dataloader", None)):
+    if primary is None and written(source, f"{name}_dataloader"):
         primary = getattr(source, f"{name}_dataloader")()
     if stage == "fit":
         if primary is None:
             raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
-        if val is None and callable(getattr(source, "val_dataloader", None)):
+        if val is None and written(source, "val_dataloader"):
             val = source.val_dataloader()
         _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")
         vals = _as_list(val, "validation")
