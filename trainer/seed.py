@@ -22,9 +22,8 @@ def seed_everything(seed: int, workers: bool = True) -> int:
     """
     if not isinstance(seed, int) or not (0 <= seed < 2**32):
         raise MisconfigurationException(f"seed={seed!r} must be an int in [0, 2**32).")
-    os.environ["PL_GLOBAL_SEED"] = str(seed)
-    os.environ["STEADYTRAIN_SEED"] = str(seed)
-    os.environ["STEADYTRAIN_SEED_WORKERS"] = str(int(workers))
+    os.environ["PL_GLOBAL_SEED"] = str(seed)  # Lightning's names: its tools and a DDP rank's CLI read them
+    os.environ["PL_SEED_WORKERS"] = str(int(workers))
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device

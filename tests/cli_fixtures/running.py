@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "cli_fixtures" / "train.py"
 QUICK = "--trainer.max_epochs 1 --trainer.limit_train_batches 2 --trainer.accelerator cpu"
 QUICK += " --trainer.enable_progress_bar false"
-SEED_VARS = ("PL_GLOBAL_SEED", "STEADYTRAIN_SEED", "STEADYTRAIN_SEED_WORKERS")
+SEED_VARS = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
 _LAUNCHER_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
 _LAUNCHER_VARS |= {"MASTER_ADDR", "MASTER_PORT"}
 

@@ -36,7 +36,7 @@ SUBCOMMANDS = {
     "predict": "Run predict_step over the predict set (--ckpt_path loads weights first).",
 }
 # Seeds exported by an earlier seed_everything (ours, Lightning's, or the parent of a DDP rank).
-_SEED_VARS = ("STEADYTRAIN_SEED", "PL_GLOBAL_SEED")
+_SEED_VARS = ("PL_GLOBAL_SEED",)
 
 
 def _usage(with_ckpt_path: bool) -> str:
