@@ -19,7 +19,7 @@ run that fell back to eager says so) and ``lightning``. The graph systems need C
 (n/a there). Each row also gives the peak GPU memory a system allocated beyond the raw loop's.
 
     python benchmarks/gpu_step.py [--rounds 3] [--only tiny medium] [--systems raw graph ours ours-graph]
-                                  [--syncs] [--quick]
+                                  [--bare] [--syncs] [--quick]
 
 ``--quick`` is a smoke run (a few steps, small inputs; on CPU where there is no GPU): it checks the
 benchmark runs, its figures mean nothing.
@@ -363,6 +363,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, small inputs")
     parser.add_argument("--only", nargs="*", help="workloads to run (tiny, medium, unet-bf16, unet-fp16)")
+    parser.add_argument("--bare", action="store_true", help="only the bare rows (no logging, bar or checkpoint)")
     parser.add_argument("--syncs", action="store_true", help="list synchronization sites instead of timing")
     parser.add_argument("--systems", nargs="*", choices=SYSTEMS, help="systems to time (raw always runs)")
     args = parser.parse_args()
@@ -371,7 +372,7 @@ def main() -> None:
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
     make_work(args.quick)
-    cases = [c for c in CASES if not args.only or c[0] in args.only]
+    cases = [c for c in CASES if (not args.only or c[0] in args.only) and not (args.bare and c[1])]
     device = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (no CUDA device: a smoke run, not a measurement)"
     print(f"device: {device}  torch {torch.__version__}", flush=True)
     if args.syncs:  # the medium MLP in bf16 (bare, typical) and in fp16, whose GradScaler.step reads a flag

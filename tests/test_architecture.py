@@ -48,11 +48,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
     ("the user's code", ["trainer.module", "trainer.datamodule", "trainer.export"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
-    ("callbacks", ["trainer.callbacks"]),
+    # The tuner's searches run from callbacks' hooks (BatchSizeFinder, LearningRateFinder), on Trainers they build
+    # from the type of the one they are handed: they never import the Trainer or the loops.
+    ("callbacks, and the tuner's searches they run", ["trainer.callbacks", "trainer.tuner"]),
     ("the captured step (cuda_graph=True)", ["trainer.graphs"]),
     ("loops", ["trainer.loops"]),
     ("the Trainer", ["trainer.trainer"]),
-    ("around a Trainer: the Tuner, Lightning's utilities", ["trainer.tuner", "trainer.utilities"]),
+    ("around a Trainer: Lightning's utilities", ["trainer.utilities"]),
     ("Lightning's demo models and data", ["trainer.demos"]),
     ("entry points", ["trainer.cli", "trainer", "trainer.__main__"]),
 ]
@@ -318,17 +320,12 @@ def test_dp_does_not_need_ddp() -> None:
 # ---- the Trainer's attributes: trainer.py sets them, these others read them -----------------------------
 # Who else may set one, and why. (``ckpt_path`` and ``state`` are not here: ``trainer.state``'s own methods
 # change it, and ``ckpt_path`` is read from it.)
-_TUNER = ("trainer/tuner/state.py",)  # Lightning's tuner overrides these for its runs and puts them back
 TRAINER_WRITERS: dict[str, tuple[str, ...]] = {
     "should_stop": ("trainer/",),  # Lightning's: a callback or the module asks the fit to stop
     "accumulate_grad_batches": ("trainer/callbacks/gradient_accumulation.py",),  # Lightning's scheduler sets it
     # The resolved CLI config, for checkpoints and loggers: known only once the Trainer is built (it is the dump
     # of what built it), and as a Trainer argument it would be a --trainer.config flag no Lightning user knows.
     "config": ("trainer/cli/core.py",),
-    "max_steps": _TUNER,
-    "limits": _TUNER,  # Lightning's limit_<stage>_batches
-    "loggers": _TUNER,  # in place: the metric log holds the same list
-    "num_sanity_val_steps": _TUNER,  # 0: Lightning's tuner runs its fit loop without the sanity check
 }
 TRAINER_WRITERS_ANYTHING = ("trainer/trainer.py",)
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+pytest.importorskip("jsonargparse", reason="the CLI needs jsonargparse: pip install 'jsonargparse[signatures]'")
 from tests.cli_fixtures.running import QUICK, REPO, SEED_VARS, argv, ok, run_cli, run_folder, write_yaml
 from tests.cli_fixtures.subclasses import HookedCLI, LinkedCLI, LoggedConfig, Marker
 from tests.cli_fixtures.tiny import Data, Model

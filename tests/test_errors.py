@@ -51,8 +51,7 @@ class CountingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         (dict(gradient_clip_algorithm="foo"), ["'foo'", "norm", "value"]),
         (dict(gradient_clip_val=-1.0), ["gradient_clip_val=-1.0", "> 0"]),
         (dict(limit_train_batches=-1), ["limit_train_batches=-1", "fraction"]),
-        (dict(limit_train_batches=1.5), ["limit_train_batches=1.5", "[0, 1]"]),
-        (dict(limit_train_batches=2.0), ["limit_train_batches=2.0", "[0, 1]"]),
+        (dict(limit_train_batches=1.5), ["limit_train_batches=1.5", "[0.0, 1.0]"]),
         (dict(limit_val_batches=True), ["limit_val_batches=True"]),
         (dict(log_every_n_steps=0), ["log_every_n_steps=0", ">= 1"]),
         (dict(on_nonfinite_loss="bar"), ["'bar'", "raise", "skip", "off"]),
@@ -150,7 +149,7 @@ def test_incomplete_module_fails_before_any_batch(tmp_path: Path, module: traine
 
 
 def test_fit_with_a_plain_nn_module_names_the_type(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"takes a trainer\.Module; got Linear"):
+    with pytest.raises(TypeError, match=r"must be a `LightningModule`.*got `Linear`.*takes a trainer\.Module"):
         quiet(tmp_path).fit(torch.nn.Linear(8, 1), loader(regression_data(16)))  # type: ignore[arg-type]
 
 
@@ -407,9 +406,17 @@ def test_empty_val_loader(tmp_path: Path) -> None:
     assert ds.fetched == 0
 
 
-def test_limit_zero_train_batches(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"no batches \(empty dataset or limit_train_batches=0\)"):
-        quiet(tmp_path, limit_train_batches=0).fit(Regressor(), loader(regression_data(16)))
+def test_limit_zero_train_batches_trains_nothing_and_an_empty_dataset_is_refused(tmp_path: Path) -> None:
+    """Lightning's ``limit_train_batches=0`` turns training off (trainer/test_trainer.py::test_disabled_training);
+    an empty dataset is a mistake, refused by name (Lightning only warns)."""
+    model = Regressor()
+    before = [p.clone() for p in model.parameters()]
+    fit = quiet(tmp_path, limit_train_batches=0, max_epochs=2)
+    fit.fit(model, loader(regression_data(16)))
+    assert fit.global_step == 0 and fit.current_epoch == 0 and fit.state.finished
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match=r"the training DataLoader is empty \(0 batches\)"):
+        quiet(tmp_path).fit(Regressor(), loader(regression_data(0)))
 
 
 class WithTestStep(Regressor):

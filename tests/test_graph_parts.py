@@ -18,9 +18,7 @@ import torch
 import trainer
 import trainer.graphs.backend as backend
 from tests import models
-from tests.cli_fixtures.tiny import Data, Model
 from tests.fake_graphs import FakeGraphs
-from trainer.cli import CLI
 from trainer.graphs.checks import check_fit
 from trainer.graphs.inputs import StaticInputs, Uncapturable, signature
 from trainer.graphs.lines import error_line, user_line
@@ -68,6 +66,10 @@ def test_flags_a_captured_step_cannot_honour_are_refused(
 
 
 def test_the_cli_reaches_the_flag(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("jsonargparse", reason="the CLI needs jsonargparse: pip install 'jsonargparse[signatures]'")
+    from tests.cli_fixtures.tiny import Data, Model
+    from trainer.cli import CLI
+
     with pytest.raises(SystemExit) as exit_info:
         CLI(Model, Data, args=["--trainer.cuda_graph", "true", "--trainer.accelerator", "cpu"], run=False)
     assert exit_info.value.code == 2

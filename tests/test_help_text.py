@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+pytest.importorskip("jsonargparse", reason="the CLI needs jsonargparse: pip install 'jsonargparse[signatures]'")
 import trainer.strategies as strategies
 from tests.cli_fixtures.tiny import Data, Model
 from trainer import Trainer

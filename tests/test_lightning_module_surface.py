@@ -99,7 +99,9 @@ def test_a_module_without_a_validation_step_does_not_validate_and_a_zero_limit_r
     with pytest.warns(UserWarning, match="You passed in a `val_dataloader` but have no `validation_step`"):
         run.fit(NoValidation(), loader(regression_data(16)), loader(regression_data(16)))
     assert calls == [] and not run.enable_validation
-    assert quiet(tmp_path, limit_val_batches=0, callbacks=[Watch()]).validate(Regressor(), loader(regression_data())) == []
+    assert (
+        quiet(tmp_path, limit_val_batches=0, callbacks=[Watch()]).validate(Regressor(), loader(regression_data())) == []
+    )
     assert calls == []
 
 

@@ -50,7 +50,11 @@ def sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
 def test_a_top_level_monitor_goes_to_a_plain_reduce_on_plateau_scheduler(tmp_path: Path) -> None:
     def make(m: torch.nn.Module) -> Any:
         opt = sgd(m)
-        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt), "monitor": "val_loss"}
+        return {
+            "optimizer": opt,
+            "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt),
+            "monitor": "val_loss",
+        }
 
     run = fit(tmp_path, Configured(make))
     config = run.lr_scheduler_configs[0]
@@ -173,7 +177,9 @@ def test_several_optimizers_or_an_optimizer_idx_in_automatic_optimization_are_ru
 
 def test_clip_gradients_takes_the_trainers_value_and_refuses_another() -> None:
     class Clipping(Configured):
-        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any, gradient_clip_algorithm: Any) -> None:
+        def configure_gradient_clipping(
+            self, optimizer: Any, gradient_clip_val: Any, gradient_clip_algorithm: Any
+        ) -> None:
             self.seen = (gradient_clip_val, gradient_clip_algorithm)
             self.clip_gradients(optimizer, gradient_clip_val=self.value)
 

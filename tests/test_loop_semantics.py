@@ -166,7 +166,10 @@ def test_evaluating_after_fit_without_a_model_uses_the_best_checkpoint_as_lightn
         for p in module.parameters():
             p.zero_()
     zeros = fit.validate(module, loader(regression_data()), verbose=False)[0]["val_loss"]  # a model: as it is
-    with pytest.warns(UserWarning, match=r"validate\(ckpt_path=None\) was called without a model: the best model"):
+    with pytest.warns(
+        UserWarning,
+        match=r"validate\(ckpt_path=None\)` was called without a model. The best model of the previous `fit`",
+    ):
         best = fit.validate(dataloaders=loader(regression_data()), verbose=False)[0]["val_loss"]
     assert best == pytest.approx(fit.checkpoint_callback.best_model_score.item()) and best < zeros
 

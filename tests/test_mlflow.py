@@ -26,6 +26,7 @@ import torch
 import yaml
 from torch.utils.data import DataLoader
 
+pytest.importorskip("jsonargparse", reason="the CLI needs jsonargparse: pip install 'jsonargparse[signatures]'")
 from tests.cli_fixtures.running import QUICK, argv
 from tests.cli_fixtures.tiny import Data, Model
 from tests.helpers import assert_no_leftovers, clean_env, free_port

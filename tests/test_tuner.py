@@ -165,7 +165,7 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
     tuner = Tuner(quiet(tmp_path))
     with pytest.raises(ValueError, match="mode='binary'"):
         tuner.scale_batch_size(Tunable(), mode="binary")
-    with pytest.raises(AttributeError, match="Field bs not found"):
+    with pytest.raises(ValueError, match="Field bs not found"):
         tuner.scale_batch_size(Tunable(), batch_arg_name="bs")
     with pytest.raises(ValueError, match="dataloaders passed directly"):
         tuner.scale_batch_size(Tunable(), train_dataloaders=Tunable().train_dataloader())

@@ -22,3 +22,8 @@ class MisconfigurationRuntimeError(MisconfigurationException, RuntimeError):
 class SIGTERMException(SystemExit):
     """A SIGTERM ended fit: raised once ``interrupted.ckpt`` is saved (exit status 0), so a callback's
     ``on_exception`` can tell a termination from a failure."""
+
+
+class TunerExit(Exception):
+    """The Tuner's search ran at the start of the stage it called and ends that stage early: the stage tears
+    down as after a success (no ``on_exception``), and the Tuner catches this (Lightning's ``_TunerExitException``)."""

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import logging
+import os
+import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -12,15 +19,37 @@ DATA_CHANGE = ("raise", "restart_epoch")
 CLIP = ("norm", "value")
 
 
-def check_limit(name: str, value: int | float | None) -> None:
+def check_limit(name: str, value: int | float | None) -> int | float | None:
+    """A batch limit: None, a fraction in [0, 1] or a count (a whole float above 1 counts, as in Lightning)."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise MisconfigurationException(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
-    if isinstance(value, float) and value > 1.0:
-        raise MisconfigurationException(
-            f"{name}={value!r}: a float is a fraction in [0, 1]; use an int for a batch count."
-        )
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MisconfigurationTypeError(f"{name}={value!r} must be None, a batch count >= 0, or a fraction in [0, 1].")
+    if value == 1:
+        _say_what_one_means(name, value)
+    if 0 <= value <= 1:
+        return value
+    if value > 1 and value % 1.0 == 0:
+        return int(value)
+    raise MisconfigurationException(
+        f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int ({name}={value!r}: "
+        "a float is a fraction of the batches, an int a count)."
+    )
+
+
+def _say_what_one_means(name: str, value: int | float) -> None:
+    """Lightning's note (at INFO level) on a flag set to 1 or 1.0: one batch, or all of them."""
+    if isinstance(value, int):
+        what = {
+            "limit_train_batches": "1 batch per epoch will be used.",
+            "val_check_interval": "validation will run after every batch.",
+        }.get(name, "1 batch will be used.")
+    else:
+        what = {
+            "limit_train_batches": "100% of the batches per epoch will be used.",
+            "val_check_interval": "validation will run at the end of the training epoch.",
+        }.get(name, "100% of the batches will be used.")
+    logging.getLogger("trainer").info(f"`Trainer({name}={value})` was configured so {what}")
 
 
 def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
@@ -35,18 +64,57 @@ def as_timedelta(name: str, value: float | timedelta | None) -> timedelta | None
     return None if seconds is None else timedelta(seconds=seconds)
 
 
-def check_val_check_interval(value: int | float | None) -> int | float:
-    """An int (every N training batches) or a fraction of an epoch in (0, 1]; None means 1.0."""
+_DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
+
+
+def as_duration(what: str, duration: str | timedelta | dict[str, int] | None) -> timedelta | None:
+    """``"DD:HH:MM:SS"``, a ``timedelta``, or ``timedelta``'s keywords as a dict (``{"hours": 2}``); ``what``
+    names the value in the error (``"Timer(duration={!r})"``, formatted with it)."""
+    if duration is None or isinstance(duration, timedelta):
+        return duration
+    if isinstance(duration, dict):
+        return timedelta(**duration)
+    match = _DURATION.fullmatch(duration.strip()) if isinstance(duration, str) else None
+    if match is None:
+        raise MisconfigurationException(
+            f"{what.format(duration)} is not a duration: give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a "
+            "datetime.timedelta, or a dict of timedelta keywords such as {'hours': 12}."
+        )
+    days, hours, minutes, seconds = (int(g) for g in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def check_val_check_interval(
+    value: int | float | str | timedelta | dict[str, int] | None, every_n_epochs: int | None
+) -> int | float | timedelta:
+    """An int (every N training batches), a fraction of an epoch in (0, 1], or a time (Lightning 2.6's
+    'DD:HH:MM:SS', timedelta or dict: validate once that much wall time passed); None means 1.0."""
     if value is None:
         return 1.0
+    if isinstance(value, str | timedelta | dict):
+        return as_duration("val_check_interval={!r}", value)  # type: ignore[return-value]
+    if isinstance(value, float) and every_n_epochs is None:
+        raise MisconfigurationException(
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. Got "
+            f"val_check_interval={value!r}."
+        )
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"val_check_interval={value!r} must be an int (batches) or a float (fraction of an epoch).")
+    if value == 1:
+        _say_what_one_means("val_check_interval", value)
+    if isinstance(value, float) and value > 1 and value % 1.0 == 0:
+        value = int(value)  # a whole float counts batches, as in Lightning
     if isinstance(value, int) and value < 1:
         raise MisconfigurationException(
-            f"val_check_interval={value!r}: an int counts training batches and must be >= 1."
+            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): an int "
+            "counts training batches and must be >= 1."
         )
     if isinstance(value, float) and not 0.0 < value <= 1.0:
-        raise MisconfigurationException(f"val_check_interval={value!r}: a float is a fraction of an epoch in (0, 1].")
+        raise MisconfigurationException(
+            f"You have passed invalid value {value} for val_check_interval (val_check_interval={value!r}): a float "
+            "is a fraction of an epoch in (0, 1]."
+        )
     return value
 
 
@@ -86,8 +154,8 @@ def check_counts(values: dict[str, Any]) -> None:
     max_epochs, max_steps = values["max_epochs"], values["max_steps"]
     if max_epochs is not None and max_epochs < -1:
         raise MisconfigurationException(
-            f"`max_epochs` must be a non-negative integer or -1. You passed in max_epochs={max_epochs}: use >= 0, -1 (no "
-            "limit) or None (1000 unless max_steps or max_time)."
+            f"`max_epochs` must be a non-negative integer or -1. You passed in max_epochs={max_epochs}: use >= 0, "
+            "-1 (no limit) or None (1000 unless max_steps or max_time)."
         )
     if max_steps < -1:
         raise MisconfigurationException(
@@ -116,15 +184,18 @@ def debug_limits(values: dict[str, Any]) -> dict[str, int | float | None]:
     if isinstance(fast, bool) or fast is None:
         fast = int(bool(fast))
     elif not isinstance(fast, int) or fast < 0:
-        raise MisconfigurationException(f"fast_dev_run={fast!r} must be a bool or an int >= 0 (batches per stage).")
-    check_limit("overfit_batches", overfit)
-    limits = [values[f"limit_{s}_batches"] for s in ("train", "val", "test", "predict")]
+        raise MisconfigurationException(
+            f"fast_dev_run={fast!r} is not a valid configuration. It should be >= 0: a bool, or an int (batches per "
+            "stage)."
+        )
+    overfit = check_limit("overfit_batches", overfit)
+    limits = [
+        check_limit(f"limit_{s}_batches", values[f"limit_{s}_batches"]) for s in ("train", "val", "test", "predict")
+    ]
     if fast:
         limits = [fast] * 4
     if overfit:
         limits[0] = limits[1] = overfit
-    for stage, value in zip(("train", "val", "test", "predict"), limits):
-        check_limit(f"limit_{stage}_batches", value)
     return dict(zip(("train", "validation", "test", "predict"), limits))
 
 
@@ -177,3 +248,24 @@ def check_choices(values: dict[str, Any]) -> None:
         raise MisconfigurationException(
             f"on_data_change={values['on_data_change']!r}: choose one of {', '.join(DATA_CHANGE)}."
         )
+
+
+def from_environment(init: Callable[..., None]) -> Callable[..., None]:
+    """Lightning's ``PL_TRAINER_<FLAG>`` environment variables (``PL_<CLASS>_<FLAG>`` for a subclass): a flag not
+    passed takes its variable's value, read as a Python literal when it is one (``"7"`` is 7, ``"False"`` False)."""
+    names = list(inspect.signature(init).parameters)[1:]
+
+    @functools.wraps(init)
+    def with_environment(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.update(zip(names, args))
+        prefix = f"PL_{type(self).__name__.upper()}_"
+        for name in names:
+            value = os.environ.get(prefix + name.upper())
+            if name not in kwargs and value:
+                try:
+                    kwargs[name] = ast.literal_eval(value)
+                except (ValueError, SyntaxError):
+                    kwargs[name] = value
+        init(self, **kwargs)
+
+    return with_environment

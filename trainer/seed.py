@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -14,19 +15,29 @@ import torch
 from trainer.exceptions import MisconfigurationException
 
 
-def seed_everything(seed: int, workers: bool = True) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed python, numpy and torch (CPU and every CUDA device); returns the seed.
 
-    With ``workers=True`` the seed is exported so DataLoader workers can derive their own
-    (PyTorch already seeds each worker with ``base_seed + worker_id``).
+    ``seed=None`` takes the seed an earlier call exported (``PL_GLOBAL_SEED``, as Lightning's; a DDP rank inherits
+    its parent's), else 0. The seed, and ``workers`` as ``PL_SEED_WORKERS``, are exported to child processes as
+    Lightning exports them; each DataLoader sample already draws from its own seed (``trainer.data.sample_seeds``).
+    ``verbose`` prints ``Seed set to N`` to stderr. A seed outside [0, 2**32) is refused (Lightning warns and uses 0).
     """
-    if not isinstance(seed, int) or not (0 <= seed < 2**32):
+    if seed is None:
+        exported = os.environ.get("PL_GLOBAL_SEED")
+        try:
+            seed = 0 if exported is None else int(exported)
+        except ValueError:
+            raise MisconfigurationException(f"Invalid seed specified via PL_GLOBAL_SEED: {exported!r}") from None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed < 2**32):
         raise MisconfigurationException(f"seed={seed!r} must be an int in [0, 2**32).")
-    os.environ["PL_GLOBAL_SEED"] = str(seed)  # Lightning's names: its tools and a DDP rank's CLI read them
+    os.environ["PL_GLOBAL_SEED"] = str(seed)
     os.environ["PL_SEED_WORKERS"] = str(int(workers))
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+    if verbose and int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))) == 0:
+        print(f"Seed set to {seed}", file=sys.stderr, flush=True)  # Lightning logs it to stderr
     return seed
 
 

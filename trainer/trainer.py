@@ -22,6 +22,7 @@ from trainer.accelerators import Accelerator, accelerator_for, select_strategy
 from trainer.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.callbacks.base import Callback
 from trainer.callbacks.defaults import checkpointing_last, with_defaults
+from trainer.data.combined import CombinedBatches
 from trainer.loggers.base import Logger
 from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 class Trainer:
     """Runs a ``Module``: ``Trainer(max_epochs=3).fit(module, train_loader, val_loader)``."""
 
+    @flags.from_environment
     def __init__(
         self,
         accelerator: str | Accelerator = "auto",
@@ -58,7 +60,7 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
-        val_check_interval: int | float | None = None,
+        val_check_interval: int | float | str | timedelta | dict[str, int] | None = None,
         check_val_every_n_epoch: int | None = 1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -109,8 +111,9 @@ class Trainer:
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.
             gradient_clip_val: clip gradients to this norm or value (None: no clipping).
             gradient_clip_algorithm: "norm" or "value" (None, kept as given as in Lightning: clip by norm).
-            val_check_interval: validate every N training batches (int) or this fraction of an epoch (float;
-                default 1.0: at the epoch end). With check_val_every_n_epoch=None an int counts across epochs.
+            val_check_interval: validate every N training batches (int), this fraction of an epoch (float; default
+                1.0: at the epoch end), or once this much time passed ("DD:HH:MM:SS", a timedelta or a dict such as
+                {"minutes": 30}). With check_val_every_n_epoch=None an int counts across epochs.
             check_val_every_n_epoch: validate in every n-th epoch (None: by val_check_interval alone).
             limit_train_batches: batches per epoch: an int count or a fraction in [0, 1].
             limit_val_batches: batches per validation: an int count or a fraction in [0, 1].
@@ -159,7 +162,7 @@ class Trainer:
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
-        self.val_check_interval = flags.check_val_check_interval(val_check_interval)
+        self.val_check_interval = flags.check_val_check_interval(val_check_interval, check_val_every_n_epoch)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
         self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
@@ -175,7 +178,7 @@ class Trainer:
         self.check_val_every_n_epoch = check_val_every_n_epoch
         self.num_sanity_val_steps: int | float = math.inf if num_sanity_val_steps == -1 else num_sanity_val_steps
         self.log_every_n_steps = log_every_n_steps
-        self.fast_dev_run = fast_dev_run
+        self.fast_dev_run = True if fast_dev_run == 1 else fast_dev_run  # Lightning's: 1 reads as True
         self.overfit_batches = overfit_batches
         self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
         self.inference_mode = inference_mode
@@ -202,14 +205,14 @@ class Trainer:
             check_trainer(self)
         self.seed = seed
         self.requeue_signal = requeue_signal
-        self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
+        self._loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
         )
         self.should_stop = False  # callbacks and modules may set it
         self.state = TrainerState()  # what runs now and what it loaded: changed only through its methods
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
-        self.metric_log = MetricLog(self.strategy, self.loggers)
+        self.metric_log = MetricLog(self.strategy, self._loggers)  # the same list: the setters change it in place
         self.fit_loop: FitLoop = FitLoop(self, max_epochs)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
@@ -319,12 +322,15 @@ class Trainer:
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
-        """The training loader this rank iterates (sharded under DDP)."""
-        return self.fit_loop.train_dataloader
+        """The training loader this rank iterates (sharded under DDP); several as given (a dict or list)."""
+        loader = self.fit_loop.train_dataloader
+        return loader.combined.iterables if isinstance(loader, CombinedBatches) else loader
 
     @property
-    def val_dataloaders(self) -> list[Iterable[Any]]:
-        return self.fit_loop.val_loop.loaders
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) of the last fit or validate, in the shape given (one, a list or a dict)."""
+        loop = self.validate_loop if self.state.fn == "validate" else self.fit_loop.val_loop
+        return loop.given if loop.loaders else (self.fit_loop.val_loop.given or self.validate_loop.given)
 
     @property
     def is_last_batch(self) -> bool:
@@ -373,8 +379,22 @@ class Trainer:
         return self.strategy.is_global_zero
 
     @property
+    def loggers(self) -> list[Logger]:
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, loggers: Iterable[Logger] | None) -> None:
+        """Lightning's ``trainer.loggers = [...]`` (None or [] for none)."""
+        self._loggers[:] = list(loggers or [])
+
+    @property
     def logger(self) -> Logger | None:
         return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """Lightning's ``trainer.logger = ...``: the one logger, or none."""
+        self.loggers = [logger] if logger else []
 
     @property
     def log_dir(self) -> str | None:
@@ -469,6 +489,13 @@ class Trainer:
         )
 
     @property
+    def val_check_batch(self) -> int | float | None:
+        """Training batches between validations in this fit (inf: at the end of the data; None: time-based)."""
+        if isinstance(self.val_check_interval, timedelta):
+            return None
+        return self.fit_loop.validation.check_batch
+
+    @property
     def evaluating(self) -> bool:
         return self.state.stage in ("validate", "test", "sanity_check")
 
@@ -483,12 +510,12 @@ class Trainer:
         return self.fit_loop.stop.received == "SIGTERM"
 
     @property
-    def test_dataloaders(self) -> list[Iterable[Any]]:
-        return self.test_loop.loaders
+    def test_dataloaders(self) -> Any:
+        return self.test_loop.given
 
     @property
-    def predict_dataloaders(self) -> list[Iterable[Any]]:
-        return self.predict_loop.loaders
+    def predict_dataloaders(self) -> Any:
+        return self.predict_loop.given
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
@@ -550,7 +577,7 @@ class Trainer:
         from trainer.data.loaders import shut_down_workers
 
         self.fit_loop.release()
-        shut_down_workers([self.fit_loop.train_dataloader, *self.fit_loop.val_loop.loaders])
+        shut_down_workers([self.fit_loop.data.loader, *self.fit_loop.val_loop.loaders])
         shut_down_workers([*self.validate_loop.loaders, *self.test_loop.loaders, *self.predict_loop.loaders])
         self.state.end(interrupted)
 

@@ -159,7 +159,7 @@ class ModelCheckpoint(Callback):
         """Lightning's rule: at the epoch end when validation runs once an epoch (or never)."""
         if self.save_on_train_epoch_end is not None:
             return self.save_on_train_epoch_end
-        if not trainer.val_dataloaders or sum(trainer.num_val_batches) == 0:
+        if trainer.val_dataloaders is None or sum(trainer.num_val_batches) == 0:
             return True
         return trainer.check_val_every_n_epoch == 1 and trainer.val_check_interval == 1.0
 

@@ -6,36 +6,24 @@ starting a new one. Global rank zero's clock decides and every rank follows, so 
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainer.callbacks.base import Callback
 from trainer.exceptions import MisconfigurationException
+from trainer.flags import as_duration
 
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView as Trainer
 
 STAGES = ("train", "sanity_check", "validate", "test", "predict")  # Lightning's RunningStage values
-_DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
 
 
 def parse_duration(duration: str | timedelta | dict[str, int] | None) -> timedelta | None:
     """``"DD:HH:MM:SS"``, a ``timedelta``, or ``timedelta``'s keywords as a dict (``{"hours": 2}``)."""
-    if duration is None or isinstance(duration, timedelta):
-        return duration
-    if isinstance(duration, dict):
-        return timedelta(**duration)
-    match = _DURATION.fullmatch(duration.strip()) if isinstance(duration, str) else None
-    if match is None:
-        raise MisconfigurationException(
-            f"Timer(duration={duration!r}) is not a duration: give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a "
-            "datetime.timedelta, or a dict of timedelta keywords such as {'hours': 12}."
-        )
-    days, hours, minutes, seconds = (int(g) for g in match.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    return as_duration("Timer(duration={!r})", duration)
 
 
 class Timer(Callback):

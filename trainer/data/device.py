@@ -22,8 +22,15 @@ def transfer(trainer: TrainerView, dataloader_idx: int = 0) -> Callable[[Any], A
     """The batch's way to the device, looked up once per epoch: the strategy's move (None on CPU), or
     ``on_before_batch_transfer``, ``transfer_batch_to_device``, ``on_after_batch_transfer`` where the
     module or the DataModule overrides them (the DataModule's hook wins, as in Lightning)."""
+    return transfer_with(trainer, trainer.strategy.batch_mover(), dataloader_idx)
+
+
+def transfer_with(
+    trainer: TrainerView, mover: Callable[[Any], Any] | None, dataloader_idx: int = 0
+) -> Callable[[Any], Any] | None:
+    """``transfer`` around the strategy's ``mover``: ``mover`` itself (the same object) where no hook applies,
+    so a caller can tell the plain move by identity (``batch_mover()`` makes a new one at each call)."""
     strategy = trainer.strategy
-    mover = strategy.batch_mover()
     before = _hook(trainer, "on_before_batch_transfer")
     custom = _hook(trainer, "transfer_batch_to_device")
     after = _hook(trainer, "on_after_batch_transfer")

@@ -94,8 +94,10 @@ def num_batches(loader: Iterable[Any], limit: int | float | None = None) -> int 
 def shut_down_workers(loaders: Iterable[Any]) -> None:
     """End the worker processes a loader keeps between epochs (``persistent_workers``) once a stage ends,
     so none outlives the stage that needed it; the next ``iter()`` starts new ones."""
-    for loader in loaders:
-        iterator = getattr(loader, "_iterator", None) if isinstance(loader, DataLoader) else None
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
-            loader._iterator = None
+    for outer in loaders:
+        inner = outer.inner_loaders() if hasattr(outer, "inner_loaders") else [outer]  # a CombinedLoader's each
+        for loader in inner:
+            iterator = getattr(loader, "_iterator", None) if isinstance(loader, DataLoader) else None
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+                loader._iterator = None

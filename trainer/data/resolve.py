@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from trainer.data.combined import CombinedLoader, shaped
 from trainer.data.loaders import has_len
 from trainer.data.sharding import check_shardable
 from trainer.exceptions import MisconfigurationException
-from trainer.seed import isolate_rng
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -29,17 +29,19 @@ def _is_batch(obj: Any) -> bool:
 
 
 def _as_list(loaders: Any, what: str) -> list[Any]:
-    """One loader, or several in a list or tuple.
+    """One loader, or several in a list, tuple or dict, as a list that remembers that shape (``ShapedLoaders``).
 
     A list of batches would be read as several loaders, each iterated row by row (or key by
     key): refused, as a silent wrong answer is worse than an error.
     """
     if loaders is None:
         return []
+    if isinstance(loaders, CombinedLoader):  # sequential: each loader with its dataloader_idx; else one loader
+        return shaped(loaders.iterables) if loaders.mode == "sequential" else shaped(loaders)
     if _is_loader_dict(loaders):
-        return list(loaders.values())
+        return shaped(loaders)
     if not isinstance(loaders, Sequence) or isinstance(loaders, str):
-        return [loaders]
+        return shaped(loaders)
     for i, item in enumerate(loaders):
         if _is_batch(item):
             raise TypeError(
@@ -47,7 +49,7 @@ def _as_list(loaders: Any, what: str) -> list[Any]:
                 "a batch, but a list means several loaders. Pass [batches] for one loader of these batches, "
                 "or a DataLoader."
             )
-    return list(loaders)
+    return shaped(loaders)
 
 
 def _check_loader(loader: Any, what: str) -> None:
@@ -70,6 +72,15 @@ def _is_loader_dict(obj: Any) -> bool:
         isinstance(obj, Mapping)
         and bool(obj)
         and all(isinstance(v, Iterable) and not isinstance(v, torch.Tensor | Mapping | str) for v in obj.values())
+    )
+
+
+def _is_loader_list(obj: Any) -> bool:
+    """``[loader_a, loader_b]``: several training loaders (a list of batches holds tensors instead)."""
+    return (
+        isinstance(obj, list | tuple)
+        and bool(obj)
+        and all(isinstance(v, Iterable) and not isinstance(v, torch.Tensor | Mapping | str | tuple | list) for v in obj)
     )
 
 
@@ -110,6 +121,10 @@ def is_datamodule(obj: Any) -> bool:
 
 def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str) -> None:
     """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
+    if isinstance(loader, CombinedLoader):
+        for inner in loader.flattened:
+            _check_usable(inner, world_size, use_distributed_sampler, what)
+        return
     _check_loader(loader, what)
     check_shardable(loader, world_size, use_distributed_sampler, what)
     if has_len(loader) and len(loader) == 0:
@@ -120,67 +135,86 @@ def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, w
         raise MisconfigurationException(f"the {what} loader ({type(loader).__name__}) is empty (0 batches).")
 
 
-def resolve_loaders(
-    strategy: Strategy,
-    use_distributed_sampler: bool,
-    module: Any,
-    stage: str,
-    primary: Any,
-    val: Any,
-    datamodule: Any,
-    val_first: bool = False,
-) -> tuple[Any, list[Any]]:
-    """(train loader, val loaders) for "fit"; (list of loaders, []) for evaluation stages.
+def _training_loader(primary: Any) -> Any:
+    """fit's training loader; several (a dict or list of loaders) combine as Lightning's ``max_size_cycle``."""
+    if primary is None:
+        raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
+    if _is_loader_dict(primary) or _is_loader_list(primary):
+        primary = CombinedLoader(primary, "max_size_cycle")
+    if isinstance(primary, CombinedLoader) and primary.mode == "sequential":
+        raise MisconfigurationException(
+            '`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode: each training batch is one '
+            'batch of every loader. Choose mode="max_size_cycle", "max_size" or "min_size".'
+        )
+    return primary
 
-    The DataModule (its ``prepare_data`` and ``setup`` already ran) or the module supplies what was
-    not given. A dict of loaders is several loaders, in its order. ``val_first``: Lightning's order
-    when a sanity check runs, which asks for the validation loaders inside it (its random draws
-    undone with the check's) and for the training loader after it.
-    """
-    if is_datamodule(primary):
-        datamodule, primary = primary, None
+
+def _source(module: Any, datamodule: Any) -> Any:
+    """Who supplies the loaders not given: the DataModule, else the module."""
+    return datamodule if datamodule is not None else module
+
+
+def resolve_loaders(
+    strategy: Strategy, use_distributed_sampler: bool, module: Any, stage: str, given: Any, datamodule: Any
+) -> list[Any]:
+    """An evaluation stage's loaders (as a list remembering the shape given): ``given``, else the DataModule's
+    or the module's ``<stage>_dataloader()``; each checked."""
+    if is_datamodule(given):
+        datamodule, given = given, None
     from trainer.module import written
 
-    source: Any = datamodule if datamodule is not None else module
-    name = {"fit": "train", "validation": "val", "validate": "val"}.get(stage, stage)
-    if stage == "fit" and not validates(module):
-        val, val_first = [], False  # neither asked for nor checked, as in Lightning
-    if val_first and val is None and written(source, "val_dataloader"):
-        with isolate_rng():
-            val = source.val_dataloader()
-    if primary is None and written(source, f"{name}_dataloader"):
-        primary = getattr(source, f"{name}_dataloader")()
-    if stage == "fit":
-        if primary is None:
-            raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
-        if val is None and written(source, "val_dataloader"):
-            val = source.val_dataloader()
-        _check_usable(primary, strategy.world_size, use_distributed_sampler, "training")
-        vals = _as_list(val, "validation")
-        for v in vals:
-            _check_usable(v, strategy.world_size, use_distributed_sampler, "validation")
-        return primary, vals
-    loaders = _as_list(primary, stage)
+    name = {"validation": "val", "validate": "val"}.get(stage, stage)
+    source = _source(module, datamodule)
+    if given is None and written(source, f"{name}_dataloader"):
+        given = getattr(source, f"{name}_dataloader")()
+    loaders = _as_list(given, stage)
     if not loaders:
         raise MisconfigurationException(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
     for loader in loaders:
         _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
-    return loaders, []
+    return loaders
 
 
 class LoaderSource:
     """Where fit's loaders come from, kept so they can be requested again
     (``reload_dataloaders_every_n_epochs``): given ones are the same objects each time; the module's or
-    DataModule's ``*_dataloader()`` hooks are called anew."""
+    DataModule's ``*_dataloader()`` hooks are called anew. Training's are requested when an epoch needs them,
+    validation's when a validation does (Lightning's points, ``trainer.loops.fit_validation``)."""
 
     def __init__(
         self, strategy: Strategy, use_distributed_sampler: bool, module: Any, train: Any, val: Any, datamodule: Any
     ) -> None:
         if is_datamodule(train):
             datamodule, train = train, None
-        self._args = (strategy, use_distributed_sampler, module, "fit", train, val, datamodule)
+        self.strategy, self.use_distributed_sampler = strategy, use_distributed_sampler
+        self.module, self.train, self.val, self.datamodule = module, train, val, datamodule
         self.validation_warning = skipped_validation_warning(module, val, datamodule)
         self.given = [name for name, obj in (("training", train), ("validation", val)) if obj is not None]
 
-    def request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
-        return resolve_loaders(*self._args, val_first=val_first)
+    @property
+    def defines_val(self) -> bool:
+        """Whether fit validates: a ``validation_step`` and validation loaders given or a ``val_dataloader()``."""
+        source = _source(self.module, self.datamodule)
+        return validates(self.module) and (self.val is not None or _defines_val_loader(source))
+
+    def request_train(self) -> Any:
+        from trainer.module import written
+
+        source = _source(self.module, self.datamodule)
+        train = self.train
+        if train is None and written(source, "train_dataloader"):
+            train = source.train_dataloader()
+        train = _training_loader(train)
+        _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training")
+        return train
+
+    def request_val(self) -> list[Any]:
+        if not self.defines_val:
+            return []
+        val = self.val
+        if val is None:
+            val = _source(self.module, self.datamodule).val_dataloader()
+        loaders = _as_list(val, "validation")
+        for loader in loaders:
+            _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation")
+        return loaders

@@ -21,20 +21,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 import trainer.data.position as position
+from trainer.data.combined import as_batches, map_loaders
 from trainer.data.loaders import num_batches, set_epoch, shut_down_workers
 from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import prepare_train_loader, unshuffled
 from trainer.exceptions import MisconfigurationException
-from trainer.seed import rng_state, set_rng_state
+from trainer.seed import isolate_rng, rng_state, set_rng_state
 from trainer.signals import start_iterator
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
     from trainer.view import TrainerView
 
-ValLoaders = Callable[[list[Any]], None]  # the fit loop's use of (re)requested validation loaders
+TrainBatches = Callable[[int | float], None]  # the fit loop told each placed loader's number of batches
 
 
 class Position(Protocol):
@@ -50,8 +51,8 @@ class Position(Protocol):
 class TrainSource:
     """The training loader of each epoch, placed (sharded, per-sample seeded) and positioned."""
 
-    def __init__(self, trainer: TrainerView, progress: Position, use_val_loaders: ValLoaders) -> None:
-        self.trainer, self.progress, self.use_val_loaders = trainer, progress, use_val_loaders
+    def __init__(self, trainer: TrainerView, progress: Position, use_train_batches: TrainBatches) -> None:
+        self.trainer, self.progress, self.use_train_batches = trainer, progress, use_train_batches
         self.source: LoaderSource | None = None  # where the loaders come from, to request them again
         self.raw_train: Any = None  # the training loader as given, before sharding
         self.loader: Iterable[Any] | None = None  # the placed loader the epochs iterate
@@ -67,14 +68,15 @@ class TrainSource:
         self.resharded: Iterable[Any] | None = None  # the interrupted epoch's rest, on another number of ranks
         self.epoch_rng: dict[str, Any] = {}  # RNG that ordered the current epoch
         self.resume_rng: dict[str, Any] | None = None  # RNG to continue from after a resume
-        self._pending: tuple[Any, list[Any]] | None = None  # requested, not placed yet
+        self._pending: Any = None  # the training loader requested, not placed yet
         self._first: tuple[Iterable[Any], Iterator[Any]] | None = None  # epoch 0's, started before on_train_start
         self.resume_started = False  # the checkpoint's epoch had its iterator, not a batch yet
 
     # ---- set-up --------------------------------------------------------------------------------------
-    def setup(self, module: Any, train: Any, val: Any, datamodule: Any, sanity_check: bool) -> None:
-        """Request the loaders (checked before any work); they are placed by :meth:`place`. Before a
-        sanity check, validation's come first, with their random draws undone (Lightning's order)."""
+    def setup(self, module: Any, train: Any, val: Any, datamodule: Any, sanity_check: bool) -> list[Any] | None:
+        """Request the training loader (checked before any work); it is placed by :meth:`place`. Before a sanity
+        check, validation's come first (returned, for the check), with their random draws undone and
+        ``trainer.sanity_checking`` true while they are asked for (Lightning's order)."""
         trainer = self.trainer
         self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
         self._check_reload_source()
@@ -87,20 +89,23 @@ class TrainSource:
                 "drawn from the default generator as a RandomSampler draws it; seed_everything() decides it.",
                 stacklevel=5,
             )
-        self._pending = self._request(val_first=sanity_check)
-        self.raw_train = self._pending[0]
+        early = None
+        if sanity_check and self.source.defines_val and trainer.limits["validation"] != 0:
+            with isolate_rng(), trainer.state.running("sanity_check"):
+                early = self.source.request_val()
+        self._pending = self.raw_train = self._request()
+        return early
 
     def draw_data_seed(self) -> None:
         """The seed per-sample draws derive from, the same on every rank."""
         self.data_seed = int(self.trainer.strategy.broadcast(torch.initial_seed()))
 
     def place(self) -> bool:
-        """Shard, seed and position the requested loaders; hand the validation ones to the fit loop. True when
-        a resumed epoch's data changed and it restarts from its first batch (``on_data_change``)."""
+        """Shard, seed and position the requested training loader. True when a resumed epoch's data changed and it
+        restarts from its first batch (``on_data_change``)."""
         assert self._pending is not None
-        train_loader, val_loaders = self._pending
-        self._pending = None
-        return self._prepare_data(train_loader, val_loaders)
+        train_loader, self._pending = self._pending, None
+        return self._prepare_data(train_loader)
 
     def start_resumed_workers(self, resumed: bool) -> None:
         """A resumed run's persistent workers, started as the uninterrupted run had them (data.resume)."""
@@ -126,14 +131,14 @@ class TrainSource:
         every = self.trainer.reload_dataloaders_every_n_epochs
         return bool(every) and epoch % every == 0 and epoch != self.loader_epoch
 
-    def _reload(self, epoch: int, val_loaders_now: list[Any]) -> None:
-        """New loaders at the start of ``epoch``; the RNG they started from goes into checkpoints."""
+    def _reload(self, epoch: int) -> None:
+        """A new training loader at the start of ``epoch``; the RNG it started from goes into checkpoints."""
         assert self.source is not None and self.loader is not None
         self.loader_rng = rng_state()
-        train_loader, val_loaders = self._request()
-        shut_down_workers([self.loader, *val_loaders_now])
+        train_loader = self._request()
+        shut_down_workers([self.loader])
         self.loader_epoch = epoch
-        self._prepare_data(train_loader, val_loaders)
+        self._prepare_data(train_loader)
 
     def epoch_of_resumed_loaders(self) -> int | None:
         """After a checkpoint's data state is loaded: the earlier epoch whose start requested the loaders the
@@ -167,35 +172,40 @@ class TrainSource:
                 "during fit()."
             )
         with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
-            return num_batches(self._sharded(self.raw_train), self.trainer.limits["train"])
+            return num_batches(as_batches(self._sharded(self.raw_train)), self.trainer.limits["train"])
 
-    def _request(self, val_first: bool = False) -> tuple[Any, list[Any]]:
+    def _request(self) -> Any:
         assert self.source is not None
-        train_loader, val_loaders = self.source.request(val_first)
-        return unshuffled(train_loader) if self.trainer.overfit_batches else train_loader, val_loaders
+        train_loader = self.source.request_train()
+        return map_loaders(train_loader, unshuffled) if self.trainer.overfit_batches else train_loader
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:
         trainer = self.trainer
         agree = functools.partial(_agree, trainer.strategy)
-        return prepare_train_loader(
-            train_loader, trainer.world_size, trainer.global_rank, trainer.seed, trainer.use_distributed_sampler, agree
+        shard = functools.partial(
+            prepare_train_loader,
+            num_replicas=trainer.world_size,
+            rank=trainer.global_rank,
+            seed=trainer.seed,
+            use_distributed_sampler=trainer.use_distributed_sampler,
+            agree=agree,
         )
+        return map_loaders(train_loader, shard)  # each loader of a CombinedLoader sharded on its own
 
-    def _prepare_data(self, train_loader: Any, val_loaders: list[Any]) -> bool:
+    def _prepare_data(self, train_loader: Any) -> bool:
         """Place the loaders; True when a resumed epoch restarts (see ``_continue_position``)."""
         trainer = self.trainer
         self.raw_train = train_loader
-        self.loader = seed_samples(self._sharded(train_loader), self.data_seed, trainer.world_size > 1)
+        seeded = functools.partial(seed_samples, data_seed=self.data_seed, several_ranks=trainer.world_size > 1)
+        self.loader = as_batches(map_loaders(self._sharded(train_loader), seeded))
         self.num_batches = num_batches(self.loader, trainer.limits["train"])
-        if self.num_batches == 0:
-            raise MisconfigurationException(
-                "the training DataLoader yields no batches (empty dataset or limit_train_batches=0)."
-            )
+        if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
+            raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
         saved, restarts = self.saved_layout, False
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
             restarts = self._continue_position(train_loader)  # inside an epoch: the position depends on the data
-        self.use_val_loaders(val_loaders)
+        self.use_train_batches(self.num_batches)
         return restarts
 
     def _continue_position(self, train_loader: Any) -> bool:
@@ -231,10 +241,10 @@ class TrainSource:
         """Epoch 0's iterator, created where Lightning creates it: after the sanity check, before
         ``on_train_start`` (its ``iter()`` draws the DataLoader's base seed from the default generator)."""
         if self.progress.epoch == 0 and self.progress.batches_done == 0 and self._first is None:
-            loader = self.epoch_loader(0, 0, [])
+            loader = self.epoch_loader(0, 0)
             self._first = (loader, self.batches(loader, 0, 0))
 
-    def epoch_loader(self, epoch: int, skip: int, val_loaders_now: list[Any]) -> Iterable[Any]:
+    def epoch_loader(self, epoch: int, skip: int) -> Iterable[Any]:
         """The loader of ``epoch`` (requested again when due), its order's RNG captured (a new epoch)
         or put back (a resume from batch ``skip``)."""
         assert self.loader is not None
@@ -249,7 +259,7 @@ class TrainSource:
         if skip == 0:
             self._resume_rng_now()
             if self._reload_due(epoch):
-                self._reload(epoch, val_loaders_now)
+                self._reload(epoch)
             self.epoch_rng = capture_epoch_rng(self.loader)
         loader = self.loader
         if self.resharded is not None:  # the old layout, whose samplers drew from the epoch's global RNG

@@ -3,6 +3,11 @@
 ``CapturedStep`` decides per batch whether to warm up, capture, replay or run eagerly; a backend does
 those on a device. ``backend_for`` picks ``cuda.CudaGraphs`` for a CUDA device and refuses anything
 else with a clear error (tests swap in a CPU fake here, whose "replay" re-runs the step).
+
+A capture that fails raises, and the backend has then put the process back as it was before the
+capture (the step runs eagerly next); where it cannot (the running torch lacks the calls that undo
+what a failed capture leaves behind), it raises ``CaptureLeftUnsafe`` instead, and the fit ends with
+a clear error rather than crashing later in the eager step.
 """
 
 from __future__ import annotations
@@ -38,11 +43,15 @@ class GraphBackend(Protocol):
         """While open, note the first line that waits on the device (``.item()``, ``print(loss)``, ``if loss:``)."""
         ...
 
-    def capture(self, fn: Callable[[], T], params: Sequence[torch.Tensor]) -> tuple[Any, T]:
+    def capture(
+        self, fn: Callable[[], T], params: Sequence[torch.Tensor], generators: Sequence[torch.Generator] = ()
+    ) -> tuple[Any, T]:
         """Record ``fn`` into a graph and run it once; returns (graph, ``fn``'s static result).
 
         ``params``: the parameters whose gradients the step writes (a CUDA graph has them recorded; a
-        fake replay keeps them in the same tensors a real one would)."""
+        fake replay keeps them in the same tensors a real one would). ``generators``: the user's own random
+        generators on the device, registered with the graph so a replay draws afresh from them.
+        Raises what made the capture fail with the process put back, or ``CaptureLeftUnsafe``."""
         ...
 
     def replay(self, graph: Any) -> None:

@@ -3,13 +3,17 @@
 Kinds of step are keyed by the batch's signature and the batch's place in its accumulation window
 (``Key``): a window's first batch zeroes the gradients, its last steps the optimizer, and a batch
 inside a window divides its loss by the window's length. Each kind warms up for ``WARM_UP`` eager
-steps (on the backend's side stream; from the second one on, watched for host reads), is then
-captured, and replayed from then on; at most ``MAX_GRAPHS`` kinds are captured. A replay continues an
-accumulation window only if the window began with a graph of the same batch signature (the
-gradients it accumulates into are that graph's); otherwise the batch runs eagerly, accumulating into
-the same gradient tensors. Anything that cannot be captured (a host read, a failed capture, a learning
-rate assigned inside the step, a torchmetrics Metric logged inside it) is not a crash: a warning names
-the first offending line and every later batch runs eagerly. ``summary`` counts what ran each batch.
+steps (on the backend's side stream, each watched for host reads: on the first, only reads in the
+user's code count, as torch may initialise lazily there), is then captured, and replayed from then
+on; at most ``MAX_GRAPHS`` kinds are captured. Before a capture, the optimizer's state is made for
+every parameter that trains, and the module's own random generators are handed to the backend. A
+replay continues an accumulation window only if the window began with a graph of the same batch
+signature (the gradients it accumulates into are that graph's); otherwise the batch runs eagerly,
+accumulating into the same gradient tensors. Anything that cannot be captured (a host read, a failed
+capture, a learning rate assigned inside the step, a torchmetrics Metric logged inside it) is not a
+crash: a warning names the first offending line and every later batch runs eagerly; a capture whose
+failure the backend cannot undo on the running torch ends the fit with an error naming the line.
+Dropped graphs keep only their counts, for the summary (what ran each batch).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import trainer.graphs.backend as backends
 from trainer.graphs import summary as kinds
 from trainer.graphs.backend import GraphBackend
 from trainer.graphs.checks import check_fit
+from trainer.graphs.generators import find_generators
 from trainer.graphs.inputs import Signature, StaticInputs, Uncapturable
-from trainer.graphs.lines import error_line, first_error
+from trainer.graphs.lines import CaptureLeftUnsafe, HostRead, error_line, first_error
+from trainer.graphs.optimizers import create_missing_state
 from trainer.graphs.summary import GraphSummary
 from trainer.graphs.tape import Recording, fresh_copies, standing_in
 
@@ -72,7 +78,7 @@ class CapturedStep:
         self.learning_rates = backend.prepare_optimizer(self.optimizer)
         self.inputs = StaticInputs(MAX_GRAPHS)
         self.entries: dict[Key, Entry] = {}
-        self.retired: list[Entry] = []  # entries dropped when the training set-up changed (for the summary)
+        self.retired: list[tuple[int, bool]] = []  # dropped kinds' (warm-up steps, captured), for the summary
         self.summary = GraphSummary(warm_up=WARM_UP)
         self.window: Signature | None = None  # the signature whose graph began the current window
         self.setup: tuple[Any, ...] | None = None  # what trains, as of the epoch's start
@@ -117,18 +123,20 @@ class CapturedStep:
             print(text)
 
     def release(self) -> None:
-        """Drop every graph; the kinds seen so far stay counted in the summary."""
+        """Drop every graph and what it holds (its pool, its gradients); the kinds seen so far stay counted."""
         self.backend.release()
-        self.retired += list(self.entries.values())
+        self.retired += [(entry.seen, entry.recording is not None) for entry in self.entries.values()]
         self.entries, self.window = {}, None
 
     def finish_summary(self) -> GraphSummary:
         """The summary with each kind's warm-up steps counted as warming up, or as rare if never captured (when
         nothing could be captured, all of them warmed up)."""
         summary = self.summary
-        for entry in [*self.retired, *self.entries.values()]:
-            captured = entry.recording is not None or summary.fallback is not None
-            summary.eager[kinds.WARMING if captured else kinds.RARE] += entry.seen
+        counts = [*self.retired, *((entry.seen, entry.recording is not None) for entry in self.entries.values())]
+        for seen, captured in counts:
+            summary.eager[kinds.WARMING if captured or summary.fallback is not None else kinds.RARE] += seen
+        self.retired = []
+        for entry in self.entries.values():
             entry.seen = 0
         return summary
 
@@ -184,20 +192,21 @@ class CapturedStep:
         return result
 
     def _warm_up(self, entry: Entry, fn: StepFn, batch: Any, batch_idx: int) -> tuple[Any, Any]:
-        watch_reads = entry.seen > 0  # the first step of a kind may autotune or initialise lazily
+        first = entry.seen == 0  # the first step of a kind: torch may autotune or initialise lazily, and wait
         recording = Recording()
 
-        def run() -> tuple[tuple[Any, Any], Any]:
-            with self._stand_ins(recording, "observe"), self.learning_rates.installed():
-                if not watch_reads:
-                    return fn(batch, batch_idx), None
-                with self.backend.watch_host_reads() as watch:
-                    result = fn(batch, batch_idx)
-                return result, watch.found
+        def run() -> tuple[tuple[Any, Any], HostRead | None]:
+            with (
+                self._stand_ins(recording, "observe"),
+                self.learning_rates.installed(),
+                self.backend.watch_host_reads() as watch,
+            ):
+                result = fn(batch, batch_idx)
+            return result, watch.found
 
         result, found = self.backend.warm_up(run)
         entry.seen += 1
-        if found is not None:
+        if found is not None and (found.user or not first):
             self._fall_back(f"it waits on the device at {found}")
         elif recording.problem is not None:
             self._fall_back(recording.problem)
@@ -207,16 +216,23 @@ class CapturedStep:
     def _capture(self, entry: Entry, fn: StepFn, batch: Any, batch_idx: int) -> tuple[Any, Any] | None:
         module = self.trainer.lightning_module
         params = list(module.parameters())
+        unmade = create_missing_state(self.optimizer)  # state made inside a graph would be made again each replay
+        if unmade is not None:
+            self._fall_back(unmade)
+            return None
         grads = [p.grad for p in params]
+        generators = find_generators(module, self.backend.device)
         recording = Recording()
         try:
             with self._stand_ins(recording, "record"), self.learning_rates.installed():
-                graph, (output, loss) = self.backend.capture(lambda: fn(batch, batch_idx), params)
+                graph, (output, loss) = self.backend.capture(lambda: fn(batch, batch_idx), params, generators)
+        except CaptureLeftUnsafe as unsafe:
+            raise RuntimeError(f"cuda_graph=True: {_failed(unsafe)}; and {unsafe.why}, so the step cannot run eagerly "
+                               "in this process. Fix that line, or set cuda_graph=False.") from unsafe  # fmt: skip
         except Exception as error:  # a capture that fails for any reason means: run eagerly
             for param, grad in zip(params, grads):  # a failed capture ran nothing: the gradients are as they were
                 param.grad = grad
-            where, first = error_line(error), first_error(error)
-            self._fall_back(f"capturing it failed{f' at {where}' if where else ''}: {type(first).__name__}: {first}")
+            self._fall_back(_failed(error))
             return None
         recording.keep_result(output, loss)
         entry.graph, entry.recording, entry.statics = graph, recording, recording.statics()
@@ -306,3 +322,9 @@ class CapturedStep:
 
     def _stand_ins(self, recording: Recording, mode: str) -> Any:
         return standing_in((self.trainer.metric_log, "results"), self._deferred_at(), recording, mode)
+
+
+def _failed(error: BaseException) -> str:
+    """What made a capture fail, at the user's line."""
+    where, first = error_line(error), first_error(error)
+    return f"capturing it failed{f' at {where}' if where else ''}: {type(first).__name__}: {first}"

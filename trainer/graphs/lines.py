@@ -1,4 +1,6 @@
-"""Where a step did what a graph cannot: the user's line, found from a stack or an exception's traceback.
+"""Where a step did what a graph cannot: the user's line, found from a stack or an exception's traceback; and
+``CaptureLeftUnsafe``, which a backend raises for a failed capture it cannot undo (here, so the backend seam
+and the CUDA backend share it without importing each other).
 
 A host read deep inside torch (``print(loss)`` reads through ``torch/_tensor_str.py``) or an error
 raised while a capture ends is reported at the line of the user's code that caused it: the innermost
@@ -27,9 +29,18 @@ class HostRead:
     file: str
     line: int
     code: str
+    user: bool = True  # in the user's code; False: inside torch, under the trainer's call (e.g. a lazy initialisation)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" + (f" ({self.code})" if self.code else "")
+
+
+class CaptureLeftUnsafe(RuntimeError):
+    """A capture failed, and what it left behind in torch cannot be undone here: running on would crash later."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 @dataclass
@@ -45,7 +56,8 @@ def user_line(stack: list[traceback.FrameSummary]) -> HostRead | None:
     it is the trainer's (torch's optimizer step, called by the step), torch's innermost line."""
     frames = [f for f in stack if f.filename and not f.filename.startswith("<")]
     outside = [f for f in frames if not _under(f, (_TORCH, *_STDLIB))]
-    if outside and not _under(outside[-1], (_TRAINER,)):
+    user = bool(outside) and not _under(outside[-1], (_TRAINER,))
+    if user:
         frame = outside[-1]
     else:
         inner = [f for f in frames if not _under(f, _STDLIB)] or frames
@@ -53,7 +65,7 @@ def user_line(stack: list[traceback.FrameSummary]) -> HostRead | None:
             return None
         frame = inner[-1]
     code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
-    return HostRead(frame.filename, frame.lineno or 0, code)
+    return HostRead(frame.filename, frame.lineno or 0, code, user)
 
 
 def _under(frame: traceback.FrameSummary, folders: tuple[str, ...]) -> bool:

@@ -164,3 +164,14 @@ def warn_eval_modules(module: torch.nn.Module) -> None:
             PossibleUserWarning,
             stacklevel=4,
         )
+
+
+def check_module(module: Any, fn: str) -> None:
+    """What fit/validate/test/predict run must be a Module, named as Lightning names it."""
+    from trainer.module import Module
+
+    if not isinstance(module, Module):
+        raise TypeError(
+            f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `{type(module).__name__}`: "
+            f"Trainer.{fn}() takes a trainer.Module (Lightning's LightningModule)."
+        )

@@ -16,6 +16,7 @@ Several loaders run one after the other; the step gets ``dataloader_idx`` and ea
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +26,7 @@ import torch
 
 import trainer.data as data
 import trainer.loops.hooks as hooks
+from trainer.data.combined import ShapedLoaders, as_batches, as_given, map_loaders
 from trainer.data.device import transfer
 from trainer.loops.batches import step_with_index
 from trainer.signals import start_iterator
@@ -51,10 +53,21 @@ class EvaluationLoop:
     def setup(self, loaders: list[Iterable[Any]], limit: int | float | None) -> None:
         """Shard each loader without padding; count its batches under ``limit_*_batches``."""
         trainer = self.trainer
-        flag = trainer.use_distributed_sampler
-        self.loaders = [data.prepare_eval_loader(v, trainer.world_size, trainer.global_rank, flag) for v in loaders]
+        shard = functools.partial(
+            data.prepare_eval_loader,
+            num_replicas=trainer.world_size,
+            rank=trainer.global_rank,
+            use_distributed_sampler=trainer.use_distributed_sampler,
+        )
+        placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded
+        self.loaders = ShapedLoaders(placed, getattr(loaders, "unflatten", list))
         self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
         self.seen = [0 for _ in self.loaders]
+
+    @property
+    def given(self) -> Any:
+        """This stage's loaders as they were given (one, a list or a dict of them), placed; None before setup."""
+        return as_given(self.loaders)
 
     def run(
         self,
@@ -75,11 +88,16 @@ class EvaluationLoop:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
         previous = trainer.metric_log.start(stage, len(self.loaders))
-        first = start_iterator(self.loaders[0]) if self.loaders else None
+        started = self.loaders[0] if self.loaders else None
+        if started is not None:  # Lightning calls each sampler's set_epoch with the current epoch
+            data.set_epoch(started, trainer.current_epoch)
+        first = start_iterator(started) if started is not None else None
         modes = {name: sub.training for name, sub in module.named_modules()}  # each submodule's own mode
         getattr(module, f"on_{stage}_model_eval")()
         hooks.call(trainer, f"on_{stage}_start")
         hooks.call(trainer, f"on_{stage}_epoch_start")
+        if self.loaders and self.loaders[0] is not started:  # a hook set new loaders up (BatchSizeFinder)
+            first = None
         self.predictions = [[] for _ in self.loaders]
         try:
             for idx, loader in enumerate(self.loaders):
@@ -110,6 +128,8 @@ class EvaluationLoop:
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
         step = trainer.precision.autocast(step)
         to_device = transfer(trainer, idx)
+        if started is None:  # the first loader's sampler was told its epoch before its iterator started
+            data.set_epoch(loader, trainer.current_epoch)
         batches: Iterable[Any] = start_iterator(loader) if started is None else started
         if math.isfinite(total):  # never one batch more than is run: the loader is not asked for it
             batches = itertools.islice(batches, int(total))

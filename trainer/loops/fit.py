@@ -62,7 +62,7 @@ class FitLoop:
         self.step: TrainingStep | None = None
         self.captured: CapturedStep | None = None  # the step as a CUDA graph (Trainer(cuda_graph=True))
         self.validation = FitValidation(trainer, self.progress, self._can_stop)
-        self.data = TrainSource(trainer, self.progress, self._use_val_loaders)  # the training data and its position
+        self.data = TrainSource(trainer, self.progress, self._use_train_batches)  # the training data and its position
         self.stop = StopSignal(trainer)
         self.resumed = False
         self._restore: Restore | None = None  # read; its training phase (optimizer states) not loaded yet
@@ -102,6 +102,7 @@ class FitLoop:
             if not self.resumed:
                 self.validation.sanity_check()
                 self.data.start_first_epoch()
+            self.validation.before_training()
             warn_eval_modules(module)
             hooks.call(trainer, "on_train_start")
             anomaly = torch.autograd.set_detect_anomaly(True) if trainer.detect_anomaly else contextlib.nullcontext()
@@ -121,7 +122,7 @@ class FitLoop:
         self._restore = None
         self.loader_restarts = False
         self.validation = FitValidation(self.trainer, self.progress, self._can_stop)
-        self.data = TrainSource(self.trainer, self.progress, self._use_val_loaders)
+        self.data = TrainSource(self.trainer, self.progress, self._use_train_batches)
         self.stop = StopSignal(self.trainer)
         self.resumed = False
 
@@ -136,7 +137,10 @@ class FitLoop:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
-        self.data.setup(module, train, val, datamodule, sanity_check=path is None and trainer.num_sanity_val_steps != 0)
+        sanity = path is None and trainer.num_sanity_val_steps != 0
+        early_val = self.data.setup(module, train, val, datamodule, sanity_check=sanity)
+        assert self.data.source is not None
+        self.validation.setup(self.data.source.request_val, self.data.source.defines_val, early_val)
         check_output_folders(trainer)
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
         if restore is not None:
@@ -197,16 +201,16 @@ class FitLoop:
         steps = read_window(trainer, batches).steps() * max(self.max_epochs, 1)
         return min(steps, trainer.max_steps) if trainer.max_steps != -1 else steps
 
-    def _use_val_loaders(self, val_loaders: list[Any]) -> None:
-        """The (re)requested validation loaders, and how often they run in this data's epochs."""
-        self.validation.use(val_loaders, self.num_training_batches)
+    def _use_train_batches(self, num_training_batches: int | float) -> None:
+        """How often validation runs in the (re)requested training data's epochs."""
+        self.validation.use_train_batches(num_training_batches)
 
     def _run_epochs(self) -> None:
         trainer, progress = self.trainer, self.progress
         self.data.start_resumed_workers(self.resumed)
         while True:
-            if 0 <= trainer.max_steps <= progress.global_step:
-                break
+            if 0 <= trainer.max_steps <= progress.global_step or self.num_training_batches == 0:
+                break  # max_steps reached, or limit_train_batches=0: Lightning's "No training batches"
             if trainer.should_stop and self._can_stop():  # e.g. a resumed run whose max_time is spent
                 break
             if 0 <= self.max_epochs <= progress.epoch:  # type: ignore[operator]
@@ -230,7 +234,7 @@ class FitLoop:
             progress.loader_starts_at(skip)
             self.loader_restarts = False
         data_skip = skip - progress.loader_offset
-        loader = self.data.epoch_loader(progress.epoch, data_skip, self.val_loop.loaders)
+        loader = self.data.epoch_loader(progress.epoch, data_skip)
         trainer.metric_log.start("train")
         if skip == 0:
             hooks.call(trainer, "on_train_epoch_start")
@@ -263,8 +267,10 @@ class FitLoop:
             if stop:
                 self.stop.received = self.stop.received or "SIGTERM"
                 return False
-            if progress.global_step >= max_steps or (trainer.should_stop and self._can_stop()):
-                return batch_idx + 1 >= limit
+            if trainer.should_stop and self._can_stop():
+                return True  # Lightning's rule: an epoch stopped by should_stop counts as done (current_epoch moves on)
+            if progress.global_step >= max_steps:
+                return batch_idx + 1 >= limit  # max_steps mid-epoch: the position stays there, for an exact resume
         if batch_idx < 0:
             raise MisconfigurationException(
                 f"the training loader yielded no batch in epoch {progress.epoch}. A generator or iterator is used up "

@@ -3,19 +3,23 @@
 Lightning's order: ``configure_callbacks``, ``prepare_data`` (local rank zero of each machine,
 the DataModule's then the module's, while the other ranks wait), ``setup(stage)`` (DataModule,
 callbacks, module); at the end ``teardown(stage)`` (callbacks, module, DataModule), whether the
-stage succeeded or not. A failure reaches ``on_exception`` of callbacks and DataModule first.
+stage succeeded or not. A failure reaches ``on_exception`` of callbacks and DataModule first; a Ctrl-C
+(``KeyboardInterrupt``) then ends the stage with ``SystemExit(1)`` after the teardown, as Lightning's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
+from trainer.exceptions import TunerExit
 from trainer.failures import note_worker_failure
 from trainer.loggers.folder import share_run_folders
-from trainer.loops.checks import check_uncalled_hooks
+from trainer.loops.checks import check_module, check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.optional_batch_idx import batch_idx_optional
 
@@ -29,51 +33,81 @@ STAGE_NAMES = {"fit": "fit", "validation": "validate", "test": "test", "predict"
 @contextlib.contextmanager
 def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> Iterator[None]:
     """Run a stage (``fn``: "fit", "validate", "test" or "predict") inside set-up and teardown."""
-    from trainer.module import Module
-
-    if not isinstance(module, Module):
-        raise TypeError(f"Trainer.{fn}() takes a trainer.Module; got {type(module).__name__}.")
-    strategy = trainer.strategy
-    strategy.setup_environment()
+    check_module(module, fn)
+    trainer.strategy.setup_environment()
     trainer.attach(module, datamodule, fn)  # trainer.state starts the stage: nothing loaded yet
     trainer.metric_log.reset()
-    status = "failed"
+    status, sigint = "failed", None
     try:
-        _add_module_callbacks(trainer, module)
-        check_uncalled_hooks(module, list(trainer.callbacks))
-        _prepare_data(trainer, module, datamodule)
-        share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
-        hooks.call_datamodule(trainer, datamodule, "setup", stage=fn)
-        hooks.call(trainer, "setup", stage=fn)
-        if trainer.profiler is not None:
-            rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
-            trainer.profiler.setup(fn, rank, trainer.log_dir)
+        _set_up(trainer, module, datamodule, fn)
         with batch_idx_optional(module):
             yield
         status = "success"
+    except TunerExit:  # the Tuner's search is done: a clean end, which the Tuner catches
+        status = "success"
+        raise
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
-        # before other ranks are stopped: they may still tell
-        clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
-        for cb in trainer.callbacks:
-            cb.on_exception(trainer, module, exc)
-        if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
-            datamodule.on_exception(exc)
-        strategy.on_exception(clearer or exc)
-        note_worker_failure(clearer or exc)  # the worker and its error on the last line
+        clearer = _report_failure(trainer, module, datamodule, exc)
         if clearer is not None:
             raise clearer from exc
+        if isinstance(exc, KeyboardInterrupt):  # Lightning's graceful shutdown: teardown, then exit status 1
+            sigint = _ignore_sigint()
+            if trainer.is_global_zero:
+                print("steadytrain: Detected KeyboardInterrupt, attempting graceful shutdown ... (exit 1)", flush=True)
+            raise SystemExit(1) from exc
         raise
     finally:
-        _report_profile(trainer, fn)
-        trainer.release(interrupted=status != "success")
-        hooks.call(trainer, "teardown", stage=fn)
-        hooks.call_datamodule(trainer, datamodule, "teardown", stage=fn)
-        if trainer.is_global_zero:
-            for lg in trainer.loggers:
-                lg.finalize(status)
-        strategy.teardown()
-        strategy.offload(trainer.optimizers)  # Lightning's teardown: module and optimizer state to the CPU
+        _tear_down(trainer, datamodule, fn, status)
+        if sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
+
+
+def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> None:
+    strategy = trainer.strategy
+    _add_module_callbacks(trainer, module)
+    check_uncalled_hooks(module, list(trainer.callbacks))
+    _prepare_data(trainer, module, datamodule)
+    share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
+    hooks.call_datamodule(trainer, datamodule, "setup", stage=fn)
+    hooks.call(trainer, "setup", stage=fn)
+    if trainer.profiler is not None:
+        rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
+        trainer.profiler.setup(fn, rank, trainer.log_dir)
+
+
+def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: BaseException) -> BaseException | None:
+    """``on_exception`` of callbacks, DataModule and strategy; a clearer error to raise instead, if any (asked
+    before other ranks are stopped: they may still tell)."""
+    strategy = trainer.strategy
+    clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
+    for cb in trainer.callbacks:
+        cb.on_exception(trainer, module, exc)
+    if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
+        datamodule.on_exception(exc)
+    strategy.on_exception(clearer or exc)
+    note_worker_failure(clearer or exc)  # the worker and its error on the last line
+    return clearer
+
+
+def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> None:
+    strategy = trainer.strategy
+    _report_profile(trainer, fn)
+    trainer.release(interrupted=status != "success")
+    hooks.call(trainer, "teardown", stage=fn)
+    hooks.call_datamodule(trainer, datamodule, "teardown", stage=fn)
+    if trainer.is_global_zero:
+        for lg in trainer.loggers:
+            lg.finalize(status)
+    strategy.teardown()
+    strategy.offload(trainer.optimizers)  # Lightning's teardown: module and optimizer state to the CPU
+
+
+def _ignore_sigint() -> Any:
+    """Ignore further Ctrl-C while the stage shuts down (Lightning's rule); the handler it had, to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _report_profile(trainer: TrainerView, fn: str) -> None:

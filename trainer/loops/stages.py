@@ -6,7 +6,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.exceptions import MisconfigurationException
+from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
+from trainer.loops.checks import check_module
 from trainer.loops.evaluation import EvalStage, EvaluationLoop
 from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import STAGE_NAMES, running
@@ -71,7 +72,11 @@ def _run_evaluation(
         )
     module = model if model is not None else trainer.module
     if module is None:
-        raise MisconfigurationException(f"Trainer.{fn}() needs a model: pass one, or call it after fit(model).")
+        raise MisconfigurationTypeError(
+            f"`Trainer.{fn}()` requires a `LightningModule` when it hasn't been passed in a previous run: pass one, "
+            "or call it after fit(model)."
+        )
+    check_module(module, fn)
     step = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
     if stage != "predict" and not written(module, step):  # predict_step's default runs forward
         raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
@@ -86,9 +91,7 @@ def _run_evaluation(
         if stage != "predict" and trainer.limits[stage] == 0:
             return []  # Lightning's: no loaders asked for, no hooks, no results
         strategy = trainer.strategy
-        loaders, _ = resolve_loaders(
-            strategy, trainer.use_distributed_sampler, module, stage, dataloaders, None, datamodule
-        )
+        loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
         _load_weights(trainer, ckpt_path, fn)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
@@ -107,9 +110,10 @@ def _best_of_previous_fit(trainer: TrainerView, fn: str) -> str | None:
         return None
     if trainer.is_global_zero:
         warnings.warn(
-            f"Trainer.{fn}(ckpt_path=None) was called without a model: the best model of the previous fit is used "
-            f"({best}), as in Lightning. Pass ckpt_path='best' or 'last' or a path, or pass the model to use its "
-            "weights as they are; passing either silences this warning.",
+            f"`.{fn}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will be "
+            f"used ({best}). You can pass `.{fn}(ckpt_path='best')` to use the best model or `.{fn}(ckpt_path='last')` "
+            "to use the last model, or pass the model to use its weights as they are. If you pass a value, this "
+            "warning will be silenced.",
             stacklevel=5,  # the user's call of validate/test/predict
         )
     return "best"
@@ -124,11 +128,16 @@ def _load_weights(trainer: TrainerView, ckpt_path: Any, fn: str) -> None:
         return
     if str(ckpt_path) == "best":
         callback = trainer.checkpoint_callback
-        best = callback.best_model_path if callback is not None else ""
+        if callback is None:
+            raise MisconfigurationException(
+                f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured: fit with checkpointing on '
+                "(enable_checkpointing=True, or a ModelCheckpoint in callbacks), or pass a path."
+            )
+        best = callback.best_model_path
         if not best:
             raise MisconfigurationException(
-                f"Trainer.{fn}(ckpt_path='best') found no best checkpoint: fit with a ModelCheckpoint first, or "
-                "pass a path."
+                f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model: '
+                "fit with a ModelCheckpoint first (save_top_k other than 0), or pass a path."
             )
         path: Path | None = Path(best)
     else:

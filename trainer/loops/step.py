@@ -100,6 +100,7 @@ class TrainingStep:
         self.optimizer = optimization.optimizers[0] if self.automatic else None
         self.window = AccumulationWindow()
         self.nonfinite = NonfiniteLosses()
+        self.none_steps = 0  # batches of this epoch whose training_step returned None (skipped, as in Lightning)
         self.step_loss: torch.Tensor | None = None  # the last loss, graph head kept (see batch_step)
         self.forward: BatchStep = trainer.lightning_module.training_step
         self.before_zero_grad: tuple[hooks.Hook, ...] = ()
@@ -117,7 +118,8 @@ class TrainingStep:
         """Resolve what a batch calls; hooks nobody overrides are not called at all."""
         trainer = self.trainer
         self.window = read_window(trainer, num_batches) if self.automatic else AccumulationWindow(1, num_batches)
-        self.nonfinite.start_epoch(trainer.on_nonfinite_loss)
+        # detect_anomaly: autograd's anomaly mode stops the run at the op that made the NaN (Lightning's error)
+        self.nonfinite.start_epoch("off" if trainer.detect_anomaly else trainer.on_nonfinite_loss)
         self.forward = trainer.precision.autocast(trainer.strategy.step_function("training"))
         self._resolve_step_hooks()
         if not self.automatic:
@@ -219,8 +221,10 @@ class TrainingStep:
                     else:
                         backward(loss)
             except Exception:
-                check_loss(output, progress.global_step)
-                raise
+                if output is not None or not self._skip_none():  # None: Lightning's skipped batch
+                    check_loss(output, progress.global_step)
+                    raise
+                loss = None
             if step is not None:
                 if prepare is not None:  # unscale first, so the hooks and clipping see the true gradients
                     prepare(optimizer)
@@ -325,6 +329,24 @@ class TrainingStep:
             self._after()
         return result
 
+    def _skip_none(self) -> bool:
+        """``training_step`` returned None: Lightning skips the backward (the optimizer still steps, on what the
+        window accumulated), warning once; on several ranks it refuses, as a skipped all-reduce would hang."""
+        if self.trainer.world_size > 1:
+            raise RuntimeError(
+                "Skipping the `training_step` by returning None in distributed training is not supported. It is "
+                "recommended that you rewrite your training logic to avoid having to skip the step in the first place."
+            )
+        if not self.none_steps:
+            warnings.warn(
+                "`training_step` returned `None`. If this was on purpose, ignore this warning... (the batch is "
+                "skipped: no backward; did it forget to return the loss?)",
+                UserWarning,
+                stacklevel=5,
+            )
+        self.none_steps += 1
+        return True
+
     # ---- non-finite losses -----------------------------------------------------------------------------------
     def check_nonfinite(self) -> None:
         """Raise now if a deferred check found a non-finite loss (one synchronization); the module checks
@@ -334,6 +356,7 @@ class TrainingStep:
     def end_epoch(self, batches: int, report: bool) -> None:
         """An epoch's end: a deferred non-finite loss raises; batches skipped for one are reported (``report``)."""
         self.check_nonfinite()
+        self.none_steps = 0
         if self.skipped and report:
             warnings.warn(
                 f"on_nonfinite_loss='skip' skipped {self.skipped} of the {batches} batches of epoch "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.loops.hooks as hooks
-from trainer.data.device import transfer
+from trainer.data.device import transfer_with
 
 if TYPE_CHECKING:
     from trainer.graphs.captured import CapturedStep
@@ -26,9 +26,10 @@ class BatchCalls:
     def __init__(
         self, trainer: TrainerView, step: TrainingStep, after_batch_work: bool, captured: CapturedStep | None = None
     ) -> None:
-        self.to_device = transfer(trainer)
-        if captured is not None and self.to_device == trainer.strategy.batch_mover():  # the plain transfer:
-            self.to_device = captured.mover(self.to_device)  # from the loader straight into the graph's inputs
+        mover = trainer.strategy.batch_mover()
+        self.to_device = transfer_with(trainer, mover)
+        if captured is not None and self.to_device is mover:  # the plain transfer (no hook): one copy per batch,
+            self.to_device = captured.mover(mover)  # from the loader's (pinned) memory into the graph's inputs
         self.batch_start = hooks.resolved(trainer, "on_train_batch_start")
         self.batch_end = hooks.resolved(trainer, "on_train_batch_end")
         self.flush = trainer.metric_log.flush_loggers if trainer.loggers and trainer.is_global_zero else None

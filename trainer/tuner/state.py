@@ -1,11 +1,12 @@
-"""What a tuning run may change, put back afterwards; and Lightning's attribute lookup (module, hparams, datamodule).
+"""What a search's trials may change, put back afterwards; and Lightning's attribute lookup (module, hparams,
+datamodule).
 
-Lightning saves a temporary checkpoint and restores it; the state is kept in memory here instead, each part
-through its owner's own ``state_dict``/``load_state_dict`` (the module, the precision, the fit loop's progress,
-the metric log) or method (``Trainer.set_callbacks``), and the process RNGs. The Trainer's settings that
-Lightning's tuner overrides for its runs and puts back (``max_steps``, ``limit_*_batches``, the loggers) are set
-here, the only writer besides the Trainer (``TRAINER_WRITERS`` in ``tests/test_architecture.py``). A fit after a
-tuning run therefore equals a fit without it, but for the value tuned.
+Lightning saves a temporary checkpoint and restores it. Here the trials run on Trainers of their own
+(``trainer.tuner.trial``), so the Trainer that runs the stage keeps its counters, its loop, its metrics and its
+settings untouched; what the trials share with it is kept in memory and put back: the module's weights,
+gradients and train/eval modes, its Trainer, the optimizers' states, the precision's state (a GradScaler's
+scale), the strategy's attributes (its wrapped model), and the process RNGs. A fit after a search therefore
+equals a fit without it, but for the value tuned.
 """
 
 from __future__ import annotations
@@ -18,51 +19,39 @@ from typing import TYPE_CHECKING, Any
 from trainer.seed import rng_state, set_rng_state
 
 if TYPE_CHECKING:
-    from trainer.callbacks.base import Callback
     from trainer.module import Module
-    from trainer.trainer import Trainer
+    from trainer.view import TrainerView
 
 
 @contextlib.contextmanager
-def isolated(
-    trainer: Trainer,
-    module: Module,
-    callbacks: list[Callback],
-    limits: dict[str, int | float],
-    max_steps: int | None = None,
-) -> Iterator[None]:
-    """Run the block with only ``callbacks``, no loggers, no sanity check, these ``limits`` (by stage: "train",
-    "validation", ...) and ``max_steps``; then put back everything the block could change. (Lightning's tuner
-    runs its fit loop without the sanity check: ``num_sanity_val_steps=0`` here.)"""
+def kept(trainer: TrainerView, module: Module) -> Iterator[None]:
+    """Run the block (the trials), then put back everything it could change of the stage ``trainer`` runs."""
     weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
     grads = [None if p.grad is None else p.grad.detach().clone() for p in module.parameters()]
-    mode, rng = module.training, rng_state()
+    modes = [(m, m.training) for m in module.modules()]
+    device = next((p.device for p in module.parameters()), None)
+    optimizers = [(opt, copy.deepcopy(opt.state_dict())) for opt in trainer.optimizers]
     precision = copy.deepcopy(trainer.precision.state_dict())
-    progress, metrics = trainer.fit_loop.progress.state_dict(), trainer.metric_log.state_dict()
-    flags = trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop
-    limits_given, callbacks_given, loggers = dict(trainer.limits), list(trainer.callbacks), list(trainer.loggers)
+    strategy = vars(trainer.strategy)
+    strategy_attrs = dict(strategy)
+    attached, rng = module.__dict__.get("_trainer"), rng_state()
     try:
-        trainer.set_callbacks(list(callbacks))
-        trainer.loggers[:] = []  # in place: the metric log holds the same list
-        trainer.limits.update(limits)
-        trainer.num_sanity_val_steps = 0
-        if max_steps is not None:
-            trainer.max_steps = max_steps
         yield
     finally:
+        strategy.clear()  # a trial's set-up and teardown (a new wrapper, then none) are undone
+        strategy.update(strategy_attrs)
+        if device is not None and next(module.parameters()).device != device:
+            module.to(device)  # a trial's end moved it to the CPU, as every stage's end does
         module.load_state_dict(weights)
         for p, grad in zip(module.parameters(), grads):
             p.grad = grad
-        module.train(mode)
-        set_rng_state(rng)
+        for m, training in modes:
+            m.training = training
+        for opt, state in optimizers:
+            opt.load_state_dict(state)
         trainer.precision.load_state_dict(precision)
-        trainer.fit_loop.progress.load_state_dict(progress)
-        trainer.metric_log.load_state_dict(metrics)
-        trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop = flags
-        trainer.limits.clear()
-        trainer.limits.update(limits_given)
-        trainer.set_callbacks(callbacks_given)
-        trainer.loggers[:] = loggers
+        object.__setattr__(module, "_trainer", attached)  # the trials attached it to theirs
+        set_rng_state(rng)
 
 
 def attr_holders(module: Module, datamodule: Any, name: str) -> list[Any]:

@@ -33,6 +33,7 @@ __all__ = [
     "STEP_OUTPUT",
     "TRAIN_DATALOADERS",
     "AttributeDict",
+    "CombinedLoader",
     "GradClipAlgorithmType",
     "LRSchedulerConfig",
     "OptimizerLRScheduler",
@@ -56,6 +57,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Lazy: the availability flags (utilities.imports) and model helpers are read by few scripts.
+    if name == "CombinedLoader":
+        from trainer.data.combined import CombinedLoader
+
+        return CombinedLoader
     if name in ("get_torchvision_model", "is_overridden"):
         import trainer.utilities.model_helpers as model_helpers
 

@@ -1,0 +1,101 @@
+"""Lightning's ``CombinedLoader``: its four modes, several training loaders in fit, and evaluation loaders shown as
+given (trainer/test_dataloaders.py::test_fit_multiple_train_loaders and the utilities' combined-loader tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tests.models import Regressor, loader, quiet, regression_data
+from trainer.exceptions import MisconfigurationException
+from trainer.utilities import CombinedLoader
+
+
+def loaders() -> dict[str, DataLoader]:
+    return {"a": DataLoader(range(6), batch_size=4), "b": DataLoader(range(15), batch_size=5)}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("min_size", [([0, 1, 2, 3], [0, 1, 2, 3, 4]), ([4, 5], [5, 6, 7, 8, 9])]),
+        (
+            "max_size_cycle",
+            [([0, 1, 2, 3], [0, 1, 2, 3, 4]), ([4, 5], [5, 6, 7, 8, 9]), ([0, 1, 2, 3], [10, 11, 12, 13, 14])],
+        ),
+        ("max_size", [([0, 1, 2, 3], [0, 1, 2, 3, 4]), ([4, 5], [5, 6, 7, 8, 9]), (None, [10, 11, 12, 13, 14])]),
+    ],
+)
+def test_modes_combine_the_loaders_batch_by_batch(mode: str, expected: list[Any]) -> None:
+    combined = CombinedLoader(loaders(), mode)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="call `iter\\(combined_loader\\)` first"):
+        len(combined)
+    got = [
+        ((None if b["a"] is None else b["a"].tolist()), b["b"].tolist(), batch_idx, idx)
+        for b, batch_idx, idx in iter(combined)
+    ]
+    assert got == [(a, b, i, 0) for i, (a, b) in enumerate(expected)]
+    assert len(combined) == len(expected)
+
+
+def test_sequential_mode_runs_each_loader_whole_with_its_index() -> None:
+    combined = iter(CombinedLoader(loaders(), "sequential"))
+    assert [(b.tolist()[0], i, idx) for b, i, idx in combined] == [
+        (0, 0, 0),
+        (4, 1, 0),
+        (0, 0, 1),
+        (5, 1, 1),
+        (10, 2, 1),
+    ]
+    assert len(combined) == 5
+
+
+def test_nested_collections_keep_their_shape() -> None:
+    combined = CombinedLoader({"pair": [DataLoader(range(2)), DataLoader(range(2))], "one": (DataLoader(range(2)),)})
+    first, _, _ = next(iter(combined))
+    assert isinstance(first["pair"], list) and isinstance(first["one"], tuple) and len(combined.flattened) == 3
+    with pytest.raises(MisconfigurationException, match="Unsupported mode 'zip'"):
+        CombinedLoader(loaders(), "zip")  # type: ignore[arg-type]
+
+
+class TwoLoaders(Regressor):
+    """Trains on a dict of two loaders: each batch is a dict of their batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[tuple[str, ...]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.keys.append(tuple(batch))
+        return super().training_step(batch["long"], batch_idx) + 0 * super().training_step(batch["short"], batch_idx)
+
+
+def test_fit_on_a_dict_of_loaders_cycles_the_shorter_one(tmp_path: Path) -> None:
+    model = TwoLoaders()
+    fit = quiet(tmp_path, max_epochs=1)
+    fit.fit(model, {"long": loader(regression_data(32)), "short": loader(regression_data(16))})
+    assert fit.num_training_batches == 4 and fit.global_step == 4  # max_size_cycle: the longer loader's length
+    assert model.keys == [("long", "short")] * 4
+    assert set(fit.train_dataloader) == {"long", "short"}  # as given, as Lightning shows it
+    with pytest.raises(MisconfigurationException, match='`FitLoop` does not support the `CombinedLoader\\(mode="seq'):
+        quiet(tmp_path).fit(TwoLoaders(), CombinedLoader({"long": loader(regression_data(32))}, "sequential"))
+
+
+class SeveralValidated(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        super().validation_step(batch, batch_idx)
+
+
+def test_evaluation_loaders_are_shown_as_given(tmp_path: Path) -> None:
+    fit = quiet(tmp_path, max_epochs=1)
+    one = loader(regression_data(16))
+    fit.validate(Regressor(), one, verbose=False)
+    assert fit.val_dataloaders is one  # one loader, not a list of one (Lightning's trainer.val_dataloaders)
+    results = fit.validate(SeveralValidated(), {"x": one, "y": loader(regression_data(8))}, verbose=False)
+    assert set(fit.val_dataloaders) == {"x", "y"} and len(results) == 2
+    sequential = CombinedLoader([one, loader(regression_data(8))], "sequential")
+    assert len(fit.validate(SeveralValidated(), sequential, verbose=False)) == 2  # each loader with its dataloader_idx
