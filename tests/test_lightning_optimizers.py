@@ -190,6 +190,12 @@ def test_clip_gradients_takes_the_trainers_value_and_refuses_another() -> None:
     module.value = 0.1
     with pytest.raises(MisconfigurationException, match=r"gradient_clip_val=0.5\)` and have passed `clip_gradients"):
         quiet("unused", max_steps=1, gradient_clip_val=0.5).fit(module, loader(regression_data(16)))
+    module.value = None
+    module.configure_gradient_clipping = lambda opt, **_: module.clip_gradients(opt, gradient_clip_algorithm="norm")
+    with pytest.raises(MisconfigurationException, match=r"gradient_clip_algorithm='value'\)` and have passed"):
+        quiet("unused", max_steps=1, gradient_clip_val=0.5, gradient_clip_algorithm="value").fit(
+            module, loader(regression_data(16))
+        )
     assert GradClipAlgorithmType("norm") == "norm" and GradClipAlgorithmType.supported_types() == ["value", "norm"]
 
 

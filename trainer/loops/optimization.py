@@ -140,12 +140,14 @@ def _clip_settings(
         )
     if value is not None and not isinstance(value, int | float):
         raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {value!r}.")
-    trainer_algorithm = str(trainer_algorithm or "norm")
     if algorithm is None:
-        return value, trainer_algorithm
-    # Lightning also refuses an algorithm other than the Trainer's; here the Trainer's is "norm" when not given, so
-    # that check would refuse Lightning's documented clip_gradients(..., gradient_clip_algorithm="value") override.
+        return value, str(trainer_algorithm or "norm")
     algorithm = str(algorithm).lower()
+    if trainer_algorithm is not None and algorithm != str(trainer_algorithm).lower():
+        raise MisconfigurationException(
+            f"You have set `Trainer(gradient_clip_algorithm={str(trainer_algorithm)!r})` and have passed "
+            f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them."
+        )
     if not GradClipAlgorithmType.supported_type(algorithm):
         raise MisconfigurationException(
             f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: {CLIP_ALGORITHMS}."
