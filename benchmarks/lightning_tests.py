@@ -25,7 +25,8 @@ Every test that passes under Lightning and not ported is classed (``classify``):
 
 The interpreter needs torch, lightning and steadytrain's dependencies, plus what Lightning's tests import
 (``pip install cloudpickle scikit-learn pandas``). Writes ``summary.json`` and ``report.md`` under ``--out``;
-``--guide`` prints the migration guide's table of missing names from the last run.
+``--guide`` rewrites the migration guide's generated parts (what a port cannot find, the tests that show each
+documented difference) from the run in ``--out`` (benchmarks/lightning_guide.py).
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ def run_side(root: Path, files: list[str], out: Path, jobs: int, timeout: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lightning", type=Path, required=True, help="a checkout of Lightning's repository")
+    parser.add_argument("--lightning", type=Path, help="a checkout of Lightning's repository")
     parser.add_argument("--ref", help="a tag or commit of it (default: the installed Lightning's tag)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "lightning_tests")
     parser.add_argument("--dirs", nargs="+", default=DIRS, help="directories of tests_pytorch")
@@ -272,7 +273,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per file and side")
     parser.add_argument("--reuse", action="store_true", help="keep the Lightning side's results from --out")
     parser.add_argument("--prepare", type=Path, help="only write the two trees into this folder, to run by hand")
+    parser.add_argument("--guide", action="store_true", help="rewrite the migration guide's parts from --out's run")
     args = parser.parse_args()
+    if args.guide:
+        from benchmarks.lightning_guide import write_guide
+
+        write_guide(args.out)
+        return
+    if args.lightning is None:
+        parser.error("--lightning PATH is required (a checkout of Lightning's repository), unless --guide")
 
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.prepare or Path(tempfile.mkdtemp(prefix="lightning_tests_"))
