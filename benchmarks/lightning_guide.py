@@ -26,8 +26,8 @@ from benchmarks.lightning_tests_classes import DIFFERENCES
 from tests.lightning_port import port
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "migration" / "from-lightning.md"
-SURFACE = ("", "callbacks", "loggers", "profilers", "utilities", "tuner", "cli", "strategies", "demos", "core")
-SURFACE += ("trainer",)
+SURFACE: tuple[str, ...] = ("", "callbacks", "loggers", "profilers", "utilities", "tuner", "cli", "strategies")
+SURFACE += ("demos", "core", "trainer")
 NO_ADVICE = "not ported yet"
 TIE = "tie the parameters in the module (`self.decoder.weight = self.encoder.weight`)"
 ADVICE: dict[str, str] = {
