@@ -53,11 +53,13 @@ def _without_batch_idx(step: Callable[..., Any]) -> Callable[..., Any]:
 @contextlib.contextmanager
 def batch_idx_optional(module: nn.Module) -> Iterator[None]:
     """Shadow each step that takes no ``batch_idx`` while a stage runs; the module is unchanged after."""
+    from trainer.module import written
+
     shadowed = []
     for name in STEPS:
         step = getattr(module, name, None)
-        if not callable(step) or name in module.__dict__:
-            continue
+        if not callable(step) or name in module.__dict__ or not written(module, name):
+            continue  # Module's own default steps (``*args``) stay as they are: they say "not written"
         if not takes_batch_idx(step):
             module.__dict__[name] = _without_batch_idx(step)
             shadowed.append(name)
