@@ -13,6 +13,7 @@ import torch
 
 from tests.lightning_port import port
 from tests.models import Regressor, assert_bitwise_equal, every_step_checkpoints, loader, params, quiet, regression_data
+from trainer import Trainer
 from trainer.callbacks import DeviceStatsMonitor, GradientAccumulationScheduler
 from trainer.launch import rank_from_environment, set_global_rank
 from trainer.loggers.base import Logger
@@ -268,3 +269,50 @@ def test_isolate_rng_puts_every_generator_back_even_when_the_block_raises() -> N
         1 / 0  # noqa: B018
     after = (torch.rand(2), random.random(), np.random.rand())
     assert torch.equal(after[0], expected[0]) and after[1:] == expected[1:]
+
+
+# ---- utilities a Lightning script imports ----------------------------------------------------------------
+def test_tied_parameters_are_found_and_tied_again() -> None:
+    from trainer.utilities import find_shared_parameters, set_shared_parameters
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+    model[2].weight = model[0].weight
+    assert find_shared_parameters(model) == [["0.weight", "2.weight"]]
+    model[2].weight = torch.nn.Parameter(model[0].weight.detach().clone())  # a load that broke the tie
+    assert find_shared_parameters(model) == []
+    set_shared_parameters(model, [["0.weight", "2.weight"]])
+    assert model[2].weight is model[0].weight
+
+
+def test_small_utilities_answer_as_lightnings() -> None:
+    import os
+
+    from trainer.utilities import is_picklable, is_shared_filesystem, suggested_max_num_workers
+
+    assert is_picklable({"lr": 0.1}) and not is_picklable(lambda: 0)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert suggested_max_num_workers(1) == max(1, cpus - 1) and suggested_max_num_workers(10_000) == 1
+    with pytest.raises(ValueError, match="local_world_size=0"):
+        suggested_max_num_workers(0)
+    assert is_shared_filesystem(Trainer(accelerator="cpu").strategy)  # one rank: always
+
+
+def test_possible_user_warnings_can_be_silenced() -> None:
+    from trainer.utilities import disable_possible_user_warnings
+    from trainer.utilities.warnings import PossibleUserWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        disable_possible_user_warnings()
+        warnings.warn("advice", PossibleUserWarning, stacklevel=1)
+        warnings.warn("other", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["other"]
+
+
+def test_instantiate_module_rebuilds_a_cli_saved_module() -> None:
+    pytest.importorskip("jsonargparse")
+    from trainer.cli import instantiate_module
+
+    built = instantiate_module(Regressor, {"_class_path": "tests.models.Regressor", "lr": 0.5})
+    assert type(built) is Regressor and built.hparams.lr == 0.5
+    assert instantiate_module(Regressor, {"features": 3}).hparams.features == 3

@@ -14,6 +14,7 @@ AdamW's ``weight_decay``. ``--print_config`` shows what was resolved.
 """
 
 from trainer.cli.core import CLI, SUBCOMMANDS, main
+from trainer.cli.instantiate import instantiate_module
 from trainer.cli.optimizers import LRSchedulerCallable, OptimizerCallable, ReduceLROnPlateau, instantiate_class
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
@@ -28,5 +29,6 @@ __all__ = [
     "ReduceLROnPlateau",
     "SaveConfigCallback",
     "instantiate_class",
+    "instantiate_module",
     "main",
 ]

@@ -26,7 +26,7 @@ from trainer.utilities.types import (
     LRSchedulerConfig,
     OptimizerLRScheduler,
 )
-from trainer.utilities.warnings import PossibleUserWarning
+from trainer.utilities.warnings import PossibleUserWarning, disable_possible_user_warnings
 
 __all__ = [
     "EVAL_DATALOADERS",
@@ -36,14 +36,19 @@ __all__ = [
     "CombinedLoader",
     "GradClipAlgorithmType",
     "LRSchedulerConfig",
+    "LightningEnum",
     "OptimizerLRScheduler",
     "PossibleUserWarning",
     "WarningCache",
+    "disable_possible_user_warnings",
+    "find_shared_parameters",
     "garbage_collection_cuda",
     "get_torchvision_model",
     "grad_norm",
     "is_oom_error",
     "is_overridden",
+    "is_picklable",
+    "is_shared_filesystem",
     "isolate_rng",
     "move_data_to_device",
     "rank_prefixed_message",
@@ -52,6 +57,8 @@ __all__ = [
     "rank_zero_info",
     "rank_zero_only",
     "rank_zero_warn",
+    "set_shared_parameters",
+    "suggested_max_num_workers",
 ]
 
 
@@ -61,6 +68,22 @@ def __getattr__(name: str) -> Any:
         from trainer.data.combined import CombinedLoader
 
         return CombinedLoader
+    if name in ("find_shared_parameters", "set_shared_parameters", "is_picklable"):
+        import trainer.utilities.parameters as parameters
+
+        return getattr(parameters, name)
+    if name == "is_shared_filesystem":
+        from trainer.utilities.distributed import is_shared_filesystem
+
+        return is_shared_filesystem
+    if name == "suggested_max_num_workers":
+        from trainer.utilities.data import suggested_max_num_workers
+
+        return suggested_max_num_workers
+    if name == "LightningEnum":
+        from trainer.states import LightningEnum
+
+        return LightningEnum
     if name in ("get_torchvision_model", "is_overridden"):
         import trainer.utilities.model_helpers as model_helpers
 

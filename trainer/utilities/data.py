@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -46,4 +47,13 @@ def has_len_all_ranks(
     return True
 
 
-__all__ = ["extract_batch_size", "has_len_all_ranks"]
+def suggested_max_num_workers(local_world_size: int) -> int:
+    """An upper bound for ``DataLoader(num_workers=...)``: this process's CPUs shared among the ranks on the
+    machine, one left for each rank's main process."""
+    if local_world_size < 1:
+        raise ValueError(f"suggested_max_num_workers: local_world_size={local_world_size}; it is at least 1.")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // local_world_size - 1)
+
+
+__all__ = ["extract_batch_size", "has_len_all_ranks", "suggested_max_num_workers"]
