@@ -290,6 +290,41 @@ def test_pytorch_profiler_writes_a_chrome_trace_in_the_run_folder(tmp_path: Path
     assert any("aten::addmm" in str(e.get("name")) for e in events)
 
 
+def test_pytorch_profiler_takes_lightnings_options(tmp_path: Path) -> None:
+    """Module names as ranges, shapes grouped, table_kwargs in the report, no trace when export_to_chrome=False."""
+    from trainer.profilers import PyTorchProfiler
+
+    data = loader(regression_data(n=16), batch_size=4)
+    profiler = PyTorchProfiler(
+        dirpath=tmp_path / "prof",
+        group_by_input_shapes=True,
+        export_to_chrome=False,
+        table_kwargs={"max_name_column_width": 80},
+    )
+    quiet(tmp_path, max_epochs=1, profiler=profiler).fit(Regressor(), data)
+    report = profiler.summary()
+    assert "[pl][module]torch.nn.modules.linear.Linear: net.0" in report and "Input Shapes" in report
+    assert not list((tmp_path / "prof").glob("*trace*.json"))
+    with pytest.raises(KeyError, match=r"table_kwargs=.'sort_by'"):
+        PyTorchProfiler(table_kwargs={"sort_by": "count"})
+    with pytest.raises(ValueError, match="sort_by_key='speed'"):
+        PyTorchProfiler(sort_by_key="speed")
+
+
+def test_advanced_profiler_dumps_each_actions_stats(tmp_path: Path) -> None:
+    import pstats
+
+    from trainer.profilers import AdvancedProfiler
+
+    data = loader(regression_data(n=16), batch_size=4)
+    quiet(tmp_path, max_epochs=1, profiler=AdvancedProfiler(tmp_path / "prof", "adv", dump_stats=True)).fit(
+        Regressor(), data
+    )
+    dumped = sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
+    assert "fit-adv-run_training_batch.prof" in dumped
+    assert pstats.Stats(str(tmp_path / "prof" / "fit-adv-run_training_batch.prof")).total_calls > 0
+
+
 def test_an_unknown_profiler_names_the_valid_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"profiler='fast'.*simple, advanced, pytorch"):
         quiet(tmp_path, profiler="fast")

@@ -73,6 +73,7 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
     hooks.call(trainer, "setup", stage=fn)
     if trainer.profiler is not None:
         rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
+        trainer.profiler.lightning_module = module
         trainer.profiler.setup(fn, rank, trainer.log_dir)
 
 

@@ -18,6 +18,7 @@ class Profiler:
         self.filename = filename
         self._stage: str | None = None
         self._rank: int | None = None  # in file names when there are several processes
+        self.lightning_module: Any = None  # the stage's module, set by the Trainer before ``setup``
 
     def start(self, action_name: str) -> None:
         raise NotImplementedError

@@ -53,13 +53,18 @@ class SimpleProfiler(Profiler):
 
 
 class AdvancedProfiler(Profiler):
-    """cProfile statistics per action (the functions each action spent its time in)."""
+    """cProfile statistics per action (the functions each action spent its time in); ``dump_stats=True`` also
+    writes each action's raw statistics, ``<stage>-<filename>-<action>.prof``, for snakeviz or ``pstats``."""
 
     def __init__(
-        self, dirpath: str | Path | None = None, filename: str | None = None, line_count_restriction: float = 1.0
+        self,
+        dirpath: str | Path | None = None,
+        filename: str | None = None,
+        line_count_restriction: float = 1.0,
+        dump_stats: bool = False,
     ) -> None:
         super().__init__(dirpath, filename)
-        self.line_count_restriction = line_count_restriction
+        self.line_count_restriction, self.dump_stats = line_count_restriction, dump_stats
         self.profiled_actions: dict[str, cProfile.Profile] = {}
 
     def start(self, action_name: str) -> None:
@@ -82,3 +87,12 @@ class AdvancedProfiler(Profiler):
             )
             parts.append(f"Profile stats for: {name}\n{out.getvalue()}")
         return "\n".join(parts)
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self.dump_stats and self.dirpath is not None:
+            self.dirpath.mkdir(parents=True, exist_ok=True)
+            prefix = f"{self._stage or stage}-{self.filename or 'profiler'}"
+            for name, profile in self.profiled_actions.items():
+                safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+                profile.dump_stats(self.dirpath / f"{prefix}-{safe}{self._rank_suffix()}.prof")
+        super().teardown(stage)
