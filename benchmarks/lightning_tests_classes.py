@@ -60,6 +60,9 @@ MOCKED_DEVICES = re.compile(
     r"def \w+\([^)]*\b(?:cuda_count_\d|mps_count_\d|mock_cuda_count|mock_mps_count|xla_available"
     r"|tpu_available)\b"
 )
+# The same helpers called in a test's body: internals when the failure is about that device.
+MOCK_CALL = re.compile(r"\bmock_(?:cuda|mps)_count\(|\bmock_xla_available\(")
+DEVICE_ERROR = re.compile(r"(?i)\b(?:cuda|mps|xla|tpu)")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_ATTRIBUTE = re.compile(r"AttributeError: '?(\w+)'? object has no attribute '(\w+)'")
@@ -82,16 +85,24 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
             return "internals", f"{owner}.{attribute}"
     if "/lightning/pytorch/" in text:
         return "internals", "Lightning's own code ran in the failing call (an internal the test imports)"
-    source = test_source(test_file, test_id)
-    if reached := INTERNAL_NAMES.search(failing) or PRIVATE_ATTRIBUTE.search(failing):
-        return "internals", f"the failing line reaches `{reached[0]}`"
-    if CAPTURED_LOGGER.search(source):
-        return "internals", "reads log records of Lightning's module loggers (caplog's logger='lightning....')"
-    if PATCHED_PATH.search(source):
-        return "internals", "patches a Lightning module path by string"
-    if MOCKED_DEVICES.search(source.replace("\n", " ")):
-        return "internals", "runs on devices Lightning's fixtures pretend to have (cuda_count_N, mps_count_N, ...)"
+    if reason := _reaches_internals(test_source(test_file, test_id), failing, text):
+        return "internals", reason
     return "public", last_error(text)
+
+
+def _reaches_internals(source: str, failing: str, text: str) -> str | None:
+    """Why the failing line or the test's source reaches Lightning's internals, if it does."""
+    if reached := INTERNAL_NAMES.search(failing) or PRIVATE_ATTRIBUTE.search(failing):
+        return f"the failing line reaches `{reached[0]}`"
+    if CAPTURED_LOGGER.search(source):
+        return "reads log records of Lightning's module loggers (caplog's logger='lightning....')"
+    if PATCHED_PATH.search(source):
+        return "patches a Lightning module path by string"
+    if MOCKED_DEVICES.search(source.replace("\n", " ")):
+        return "runs on devices Lightning's fixtures pretend to have (cuda_count_N, mps_count_N, ...)"
+    if MOCK_CALL.search(source) and DEVICE_ERROR.search(last_error(text)):
+        return "runs on devices Lightning's mock_cuda_count/mock_mps_count pretend to have"
+    return None
 
 
 def failing_lines(text: str, file_name: str) -> str:

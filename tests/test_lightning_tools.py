@@ -316,3 +316,21 @@ def test_instantiate_module_rebuilds_a_cli_saved_module() -> None:
     built = instantiate_module(Regressor, {"_class_path": "tests.models.Regressor", "lr": 0.5})
     assert type(built) is Regressor and built.hparams.lr == 0.5
     assert instantiate_module(Regressor, {"features": 3}).hparams.features == 3
+
+
+# ---- benchmarks/lightning_tests.py: how a ported test's failure is classed --------------------------------
+def test_the_harness_classes_each_kind_of_failure(tmp_path: Path) -> None:
+    from benchmarks.lightning_tests_classes import classify
+
+    test_file = tmp_path / "test_x.py"
+    test_file.write_text(
+        "def test_mocked(monkeypatch):\n    mock_cuda_count(monkeypatch, 2)\n    Trainer(accelerator='cuda')\n\n"
+        "def test_value():\n    assert Trainer().max_epochs == 3\n"
+    )
+    missing = "ImportError: cannot import name 'Thing' from 'trainer.callbacks'"
+    assert classify("x.test_x::test_value", missing, test_file) == ("import", "trainer.callbacks.Thing")
+    no_cuda = "E   MisconfigurationException: accelerator='cuda' was asked for, but torch sees no CUDA device"
+    assert classify("x.test_x::test_mocked", no_cuda, test_file)[0] == "internals"
+    assert classify("x.test_x::test_value", "E   assert 1000 == 3", test_file) == ("public", "assert 1000 == 3")
+    saved = "checkpointing.test_model_checkpoint::test_model_checkpoint_every_n_epochs[0]"
+    assert classify(saved, "E   assert {'last.ckpt'} == set()", test_file)[0] == "difference"
