@@ -666,6 +666,11 @@ class Trainer:
         """
         from trainer.checkpoint.state import build_checkpoint
 
+        if self._module is None:
+            raise AttributeError(
+                "Saving a checkpoint is only possible if a model is attached to the Trainer: call "
+                f"trainer.save_checkpoint({str(filepath)!r}) after fit/validate/test/predict."
+            )
         if self.state.running_now and self.state.fn == "fit" and self.fit_loop.step is not None:
             self.fit_loop.step.check_nonfinite()
         self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))
