@@ -40,7 +40,8 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     ),
     r"trainer\.test_trainer::test_train_loop_system$": (
         "automatic optimization runs training_step, zero_grad and backward, then optimizer.step() without a closure "
-        "(a hand-written loop's order, which the captured CUDA-graph step replays); LBFGS and an overridden optimizer_step get the closure",
+        "(a hand-written loop's order, which the captured CUDA-graph step replays); LBFGS and an overridden "
+        "optimizer_step get the closure",
         "What differs: The optimizer steps after the backward, not around it",
     ),
 }
