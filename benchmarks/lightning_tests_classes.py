@@ -33,7 +33,8 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     ),
     r"checkpointing\.test_model_checkpoint::(test_checkpoint_repeated_strategy_extended|test_model_checkpoint_every_n_"
     r"epochs\[|test_none_monitor_not_alternating|test_val_check_interval_checkpoint_files)"
-    r"|checkpointing\.test_trainer_checkpoint::test_finetuning_with_ckpt_path$": (
+    r"|checkpointing\.test_trainer_checkpoint::test_finetuning_with_ckpt_path$"
+    r"|trainer\.test_trainer::test_fit_ckpt_path_epoch_restored\[": (
         "ModelCheckpoint keeps last.ckpt by default (save_last=True), so a run that is killed or pre-empted always "
         "leaves a checkpoint to resume; the test lists a run's files without it",
         "What differs: Defaults",
