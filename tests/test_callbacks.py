@@ -290,7 +290,7 @@ def test_missing_filename_metric_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        (dict(mode="best"), r"mode='best'\): choose 'min' or 'max'"),
+        (dict(mode="best"), r"mode='best'\): `mode` can be 'min' or 'max'"),
         (dict(save_top_k=-2), r"save_top_k=-2\) must be -1 \(all\), 0 or more"),
         (dict(every_n_train_steps=-1), r"every_n_train_steps=-1\) must be >= 0 or None"),
     ],

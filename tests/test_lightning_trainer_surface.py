@@ -270,6 +270,6 @@ def test_trainer_takes_every_parameter_of_lightnings() -> None:
 
 
 def test_save_checkpoint_before_any_stage_says_a_model_must_be_attached(tmp_path: Path) -> None:
-    with pytest.raises(AttributeError, match="only possible if a model is attached.*'x.ckpt'"):
+    with pytest.raises(AttributeError, match=r"only possible if a model is attached.*'x.ckpt'"):
         trainer.Trainer().save_checkpoint("x.ckpt")
     assert not Path("x.ckpt").exists()

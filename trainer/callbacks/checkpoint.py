@@ -6,8 +6,6 @@ epoch when validation runs once per epoch (or never), else after each validation
 difference on purpose: ``save_last`` defaults to True, as ``fit(ckpt_path="last")`` resumes from it.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import re
@@ -21,6 +19,7 @@ import torch
 
 from trainer.callbacks.base import Callback
 from trainer.claims import RunNames
+from trainer.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -60,7 +59,9 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
     ) -> None:
         if mode not in _MODES:
-            raise ValueError(f"ModelCheckpoint(mode={mode!r}): choose 'min' or 'max'.")
+            raise MisconfigurationException(
+                f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}."
+            )
         if save_top_k < -1:
             raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more.")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
@@ -72,7 +73,8 @@ class ModelCheckpoint(Callback):
                 "ModelCheckpoint: every_n_train_steps, train_time_interval and every_n_epochs are alternatives; "
                 "set one of them."
             )
-        self.dirpath = os.fspath(dirpath) if dirpath is not None else None  # a str, as Lightning's
+        # a str, absolute with ``~`` expanded, as Lightning's (a remote URL is kept as given)
+        self.dirpath = _local_dirpath(os.fspath(dirpath)) if dirpath is not None else None
         self._dirpath_given = dirpath is not None
         self.filename = filename
         self.monitor = monitor
@@ -111,7 +113,7 @@ class ModelCheckpoint(Callback):
         return self._worst() if self.best_k_models else ""
 
     # ---- when to save ----------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
@@ -120,7 +122,9 @@ class ModelCheckpoint(Callback):
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._skip(trainer):
             return
         due = bool(self.every_n_train_steps) and trainer.global_step % self.every_n_train_steps == 0
@@ -130,21 +134,21 @@ class ModelCheckpoint(Callback):
         if due:
             self.save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
 
-    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
 
-    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Lightning's rule: with ``save_last``, a fit that saved nothing (``every_n_epochs`` larger than
         ``max_epochs``, say) still ends with ``last.ckpt``, so ``ckpt_path="last"`` has a run to resume."""
         if self.save_last and not self._saved_this_fit and not self._skip(trainer):
             self._write_last(trainer)
 
-    def _skip(self, trainer: Trainer) -> bool:
+    def _skip(self, trainer: "Trainer") -> bool:
         return (
             trainer.state.fn != "fit"
             or trainer.sanity_checking
@@ -152,10 +156,10 @@ class ModelCheckpoint(Callback):
             or self._last_global_step_saved == trainer.global_step
         )
 
-    def _epoch_due(self, trainer: Trainer) -> bool:
+    def _epoch_due(self, trainer: "Trainer") -> bool:
         return self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
-    def _saves_at_train_epoch_end(self, trainer: Trainer) -> bool:
+    def _saves_at_train_epoch_end(self, trainer: "Trainer") -> bool:
         """Lightning's rule: at the epoch end when validation runs once an epoch (or never)."""
         if self.save_on_train_epoch_end is not None:
             return self.save_on_train_epoch_end
@@ -164,7 +168,7 @@ class ModelCheckpoint(Callback):
         return trainer.check_val_every_n_epoch == 1 and trainer.val_check_interval == 1.0
 
     # ---- saving ---------------------------------------------------------------------------------------
-    def save(self, trainer: Trainer) -> None:
+    def save(self, trainer: "Trainer") -> None:
         """Collective: rank zero decides and claims the names, the checkpoint is built and written once, ``last``
         links to it."""
         assert self.dirpath is not None
@@ -188,7 +192,7 @@ class ModelCheckpoint(Callback):
         if self.verbose and trainer.is_global_zero:
             self._report(trainer, Path(path if keep else last), score, keep)
 
-    def _write_last(self, trainer: Trainer) -> None:
+    def _write_last(self, trainer: "Trainer") -> None:
         """``last.ckpt`` alone, outside the top-k (collective, as ``save``)."""
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
@@ -199,7 +203,7 @@ class ModelCheckpoint(Callback):
         if self.verbose and trainer.is_global_zero:
             self._report(trainer, Path(self.last_model_path), 0.0, kept=False)
 
-    def _write(self, trainer: Trainer, path: Path, link: Path | None = None) -> None:
+    def _write(self, trainer: "Trainer", path: Path, link: Path | None = None) -> None:
         """Save ``path`` (and make ``link`` the same checkpoint); a failure gives back the names claimed for it."""
         try:
             trainer.save_checkpoint(path, weights_only=self.save_weights_only)
@@ -257,7 +261,7 @@ class ModelCheckpoint(Callback):
         if self.save_top_k != 0 and os.path.isdir(self.dirpath) and os.listdir(self.dirpath):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
 
-    def _report(self, trainer: Trainer, path: Path, score: float, kept: bool) -> None:
+    def _report(self, trainer: "Trainer", path: Path, score: float, kept: bool) -> None:
         where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
         if self.monitor is None or not kept:
             print(f"{where}: saving model to {str(path)!r}", flush=True)
@@ -268,20 +272,25 @@ class ModelCheckpoint(Callback):
                 flush=True,
             )
 
-    def _score(self, trainer: Trainer) -> float:
+    def _score(self, trainer: "Trainer") -> float:
+        """The monitored value (``epoch`` and ``step`` need no ``self.log``); NaN counts as the worst possible
+        value (``inf`` in mode min), as in Lightning."""
         if self.monitor is None:
             return float(trainer.global_step)
-        value = trainer.callback_metrics.get(self.monitor)
+        value = self._candidates(trainer).get(self.monitor)
         if value is None:
             raise KeyError(
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no such logged metric; logged: "
                 f"{sorted(trainer.callback_metrics) or 'nothing'}. Log it with self.log({self.monitor!r}, ...)."
             )
-        return float(value)
+        score = float(value)
+        return (math.inf if self.mode == "min" else -math.inf) if math.isnan(score) else score
 
-    def _candidates(self, trainer: Trainer) -> dict[str, Any]:
+    def _candidates(self, trainer: "Trainer") -> dict[str, Any]:
+        """Logged values, with ``epoch`` and ``step`` the Trainer's unless the module logged its own."""
         values: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        values.update(epoch=trainer.current_epoch, step=trainer.global_step)
+        values.setdefault("epoch", trainer.current_epoch)
+        values.setdefault("step", trainer.global_step)
         return values
 
     def format_checkpoint_name(self, metrics: dict[str, Any]) -> str:
@@ -312,7 +321,7 @@ class ModelCheckpoint(Callback):
         return self.mode if self.monitor is not None else "max"
 
     def _should_keep(self, score: float, path: str) -> bool:
-        if self.save_top_k == 0 or math.isnan(score):
+        if self.save_top_k == 0:
             return False
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k or path in self.best_k_models:
             return True
@@ -338,7 +347,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = best(self.best_k_models, key=lambda p: self.best_k_models[p])
         return dropped
 
-    def _delete(self, trainer: Trainer, paths: list[str]) -> None:
+    def _delete(self, trainer: "Trainer", paths: list[str]) -> None:
         from trainer.checkpoint.sharded import remove_checkpoint
 
         if trainer.is_global_zero:
@@ -366,3 +375,7 @@ class ModelCheckpoint(Callback):
         self._last_global_step_saved = state_dict.get("last_global_step_saved", 0)
         if not self._dirpath_given and state_dict.get("dirpath"):
             self.dirpath = state_dict["dirpath"]  # a resumed run keeps writing to its own folder
+
+
+def _local_dirpath(dirpath: str) -> str:
+    return dirpath if "://" in dirpath else os.path.realpath(os.path.expanduser(dirpath))
