@@ -22,6 +22,7 @@ from tests.lightning_port import port
 from tests.lightning_refused import FORWARDED, REFUSED
 
 pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow  # importing Lightning costs ~6 s of CPU
 
 CLASSES_OF = ("callbacks", "loggers", "strategies", "profilers")
 MODULE_CLASSES = ("LightningModule", "LightningDataModule")
