@@ -11,15 +11,15 @@ from trainer.loggers.base import Logger
 
 @functools.cache
 def tensorboard_available() -> bool:
-    """Whether ``tensorboard`` is installed (found, not imported: importing it is slow)."""
-    return importlib.util.find_spec("tensorboard") is not None
+    """Whether ``tensorboard`` or ``tensorboardX`` is installed (found, not imported: importing is slow)."""
+    return any(importlib.util.find_spec(name) is not None for name in ("tensorboard", "tensorboardX"))
 
 
 def build_loggers(
     logger: bool | Logger | Iterable[Logger] | None, default_root_dir: str, fast_dev_run: bool
 ) -> list[Logger]:
-    """True: Lightning's default, a TensorBoardLogger under ``default_root_dir`` where tensorboard is installed,
-    else a CSVLogger; False or None: none; else the Logger(s) given.
+    """True: Lightning's default, a TensorBoardLogger under ``default_root_dir`` where tensorboard (or tensorboardX)
+    is installed, else a CSVLogger; False or None: none; else the Logger(s) given.
 
     Under ``fast_dev_run`` any logger becomes a DummyLogger, as in Lightning: ``self.logger`` still
     takes calls, nothing is written and ``log_dir`` is None.
