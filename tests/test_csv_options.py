@@ -66,7 +66,13 @@ def test_a_logger_pickles_with_its_rows_written(tmp_path: Path) -> None:
     assert _rows(logger) == [{"loss": "1.0", "step": "0"}] and copy.log_dir == logger.log_dir
 
 
-@pytest.mark.parametrize("cls", [CometLogger, NeptuneLogger, LitLogger])
+@pytest.mark.parametrize("cls", [CometLogger, LitLogger])
 def test_unsupported_services_import_and_refuse_to_build(cls: type) -> None:
     with pytest.raises(MisconfigurationException, match=rf"{cls.__name__}: steadytrain does not support .*WandbLogger"):
         cls(api_key="key", project="p")
+
+
+def test_neptune_logger_says_neptune_is_gone_as_lightning_does() -> None:
+    with pytest.raises(RuntimeError, match=r"NeptuneLogger is no longer supported.*WandbLogger") as raised:
+        NeptuneLogger(project="p")
+    assert isinstance(raised.value, MisconfigurationException)

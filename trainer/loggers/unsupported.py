@@ -41,7 +41,12 @@ class LitLogger(_Unsupported):
     service = "Lightning AI's hosted experiment tracking (litlogger)"
 
 
-class NeptuneLogger(_Unsupported):
-    """Lightning's Neptune logger (Neptune has shut down; Lightning's raises too); not supported here."""
+class NeptuneShutDown(MisconfigurationException, RuntimeError):
+    """Building a NeptuneLogger: a configuration error here, a ``RuntimeError`` as Lightning's own raises."""
 
-    service = "Neptune (shut down; Lightning's NeptuneLogger raises too)"
+
+class NeptuneLogger(_Unsupported):
+    """Lightning's Neptune logger: Neptune has shut down, and Lightning's raises a ``RuntimeError`` too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NeptuneShutDown(f"NeptuneLogger is no longer supported: Neptune has shut down; {INSTEAD}.")
