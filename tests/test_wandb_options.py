@@ -3,6 +3,7 @@ during a fit, and what reaches ``wandb.init``: against a stand-in ``wandb`` modu
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from unittest import mock
@@ -12,7 +13,7 @@ import pytest
 from tests.models import Regressor, loader, quiet, regression_data
 from trainer.callbacks import ModelCheckpoint
 from trainer.exceptions import MisconfigurationException
-from trainer.loggers import WandbLogger
+from trainer.loggers import TensorBoardLogger, WandbLogger
 
 
 @pytest.fixture
@@ -86,3 +87,27 @@ def test_log_model_all_uploads_each_checkpoint_as_it_is_saved(wandb_stub: mock.M
 def test_bad_log_model_is_named(wandb_stub: mock.MagicMock) -> None:
     with pytest.raises(MisconfigurationException, match=r"log_model='best'\): use True, False or 'all'"):
         WandbLogger(log_model="best")  # type: ignore[arg-type]
+
+
+class Saved(Regressor):
+    """Saves its hyper-parameters: TensorBoard writes them (opening its writer) when the fit starts."""
+
+    def __init__(self, lr: float = 0.05) -> None:
+        super().__init__(lr=lr)
+        self.save_hyperparameters()
+
+
+def test_sync_tensorboard_starts_wandb_before_any_summary_writer(
+    wandb_stub: mock.MagicMock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("tensorboard")
+    tensorboard = importlib.import_module("trainer.loggers.tensorboard")
+    order: list[str] = []
+    wandb_stub.init.side_effect = lambda **kwargs: order.append("wandb.init") or wandb_stub.init.return_value
+    writer = tensorboard._tensorboard().SummaryWriter
+    monkeypatch.setattr(
+        tensorboard._tensorboard(), "SummaryWriter", lambda **kwargs: order.append("SummaryWriter") or writer(**kwargs)
+    )
+    loggers = [TensorBoardLogger(save_dir=tmp_path), WandbLogger(save_dir=tmp_path, sync_tensorboard=True)]
+    quiet(tmp_path, logger=loggers, max_steps=1).fit(Saved(), loader(regression_data(8)))
+    assert order == ["wandb.init", "SummaryWriter"]  # TensorBoard listed first: wandb still starts first

@@ -60,6 +60,10 @@ class Logger:
         """Record scalars at a global step (None: the logger's own next step, as in Lightning)."""
         raise NotImplementedError
 
+    def start_early(self) -> None:
+        """Called at each stage's start on global rank zero, for every logger before any writes: a backend that must
+        start before the others' does so here (wandb's ``sync_tensorboard``). Optional."""
+
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """Record the model's graph; called at fit start, as in Lightning. Optional (TensorBoard's ``log_graph``)."""
 

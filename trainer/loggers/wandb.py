@@ -23,7 +23,7 @@ from trainer.loggers.base import (
 )
 from trainer.loggers.checkpoints import checkpoint_aliases, checkpoint_metadata, unlogged_checkpoints
 from trainer.loggers.folder import global_rank
-from trainer.loggers.wandb_media import histogram, import_wandb, per_item, snapshot, wandb_masks
+from trainer.loggers.wandb_media import download_artifact, histogram, import_wandb, per_item, snapshot, wandb_masks
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -249,21 +249,14 @@ class WandbLogger(Logger):
         """An artifact this run uses (recorded as its input); ``.download()`` fetches its files."""
         return self.experiment.use_artifact(artifact, type=artifact_type)
 
-    @staticmethod
-    def download_artifact(
-        artifact: str,
-        save_dir: str | os.PathLike[str] | None = None,
-        artifact_type: str | None = None,
-        use_artifact: bool | None = True,
-    ) -> str:
-        """Download an artifact (through the active run when there is one and ``use_artifact``, else wandb's
-        API) to ``save_dir``; returns the folder."""
-        wandb = import_wandb()
-        if wandb.run is not None and use_artifact:
-            found = wandb.run.use_artifact(artifact)
-        else:
-            found = wandb.Api().artifact(artifact, type=artifact_type)
-        return str(found.download(root=None if save_dir is None else os.fspath(save_dir)))
+    download_artifact = staticmethod(download_artifact)
+
+    @override
+    def start_early(self) -> None:
+        """With ``sync_tensorboard``, the run starts before any logger writes: wandb copies the event files only of
+        TensorBoard writers made after ``wandb.init`` (Lightning starts it first for the same reason)."""
+        if self._sync_tensorboard and self._run is None:
+            self._run = self._start()
 
     @override
     def flush(self) -> None:

@@ -1,10 +1,12 @@
 """wandb, imported on first use, and what ``WandbLogger`` hands it besides numbers: per-item keyword arguments,
-segmentation masks, histograms binned as ``wandb.Histogram`` bins them, one-element tensors read as numbers."""
+segmentation masks, histograms binned as ``wandb.Histogram`` bins them, one-element tensors read as numbers; and
+artifacts downloaded."""
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any
 
 import numpy as np  # already loaded by torch
@@ -30,6 +32,22 @@ def import_wandb() -> Any:
     import wandb
 
     return wandb
+
+
+def download_artifact(
+    artifact: str,
+    save_dir: str | os.PathLike[str] | None = None,
+    artifact_type: str | None = None,
+    use_artifact: bool | None = True,
+) -> str:
+    """``WandbLogger.download_artifact``: an artifact's files in ``save_dir`` (through the active run when there is one
+    and ``use_artifact``, recorded as its input; else wandb's API); returns the folder."""
+    wandb = import_wandb()
+    if wandb.run is not None and use_artifact:
+        found = wandb.run.use_artifact(artifact)
+    else:
+        found = wandb.Api().artifact(artifact, type=artifact_type)
+    return str(found.download(root=None if save_dir is None else os.fspath(save_dir)))
 
 
 def per_item(name: str, items: Any, kwargs: dict[str, list[Any]]) -> list[dict[str, Any]]:

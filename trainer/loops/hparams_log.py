@@ -17,6 +17,8 @@ def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> No
         return
     params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
     for lg in trainer.loggers:
+        lg.start_early()  # as Lightning: wandb's run starts before any TensorBoard writer opens
+    for lg in trainer.loggers:
         if params:  # as Lightning: no hparams.yaml when nothing was saved
             lg.log_hyperparams(params)
         lg.log_graph(module)  # as Lightning: TensorBoardLogger(log_graph=True) draws the module's graph
