@@ -24,7 +24,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     ),
     r"loggers\.test_tensorboard::test_tensorboard_hparams_reload$|loggers\.test_wandb::test_wandb_log_model$": (
         "save_last is on by default: last.ckpt is kept (and uploaded by log_model) beside the best checkpoint",
-        "What differs: Smaller defaults",
+        "What differs: Defaults",
     ),
     r"loggers\.test_wandb::test_wandb_logger_init$": (
         "WandbLogger makes the run id itself (wandb.init gets it, not None) so the run's folder is known before wandb "
@@ -33,7 +33,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     ),
     r"loggers\.test_wandb::(test_wandb_logger_dirs_creation|test_wandb_pickle)$": (
         "trainer.log_dir under WandbLogger is the run's own folder <save_dir>/<project>/<run id>, not save_dir",
-        "What differs: Smaller defaults",
+        "What differs: Defaults",
     ),
     r"loggers\.test_wandb::test_wandb_logger_offline_log_model$": (
         "log_model with offline=True keeps the model artifacts in the offline run for wandb sync; Lightning refuses",

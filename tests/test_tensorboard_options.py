@@ -63,11 +63,11 @@ def test_log_graph_without_an_example_input_warns_and_trains(tmp_path: Path) -> 
 
 def test_prefix_sub_dir_and_no_default_hp_metric(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    logger = TensorBoardLogger(save_dir=tmp_path, prefix="stage1", sub_dir="images", default_hp_metric=False)
+    logger = TensorBoardLogger(save_dir=tmp_path, name="tb", prefix="stage1", sub_dir="images", default_hp_metric=False)
     logger.log_hyperparams({"lr": 0.1})
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.finalize("success")
-    assert logger.log_dir == str(tmp_path / "default" / "version_0" / "images")
+    assert logger.log_dir == str(tmp_path / "tb" / "version_0" / "images")
     assert _scalar_tags(logger.log_dir) == {"stage1-loss"}  # no hp_metric, no HPARAMS summaries without metrics
 
     with_metric = TensorBoardLogger(save_dir=tmp_path, name="hp")  # default_hp_metric=True: hp_metric -1

@@ -105,15 +105,6 @@ class Results:
     epoch_end: bool = False  # logging from on_train_epoch_end: defaults to on_epoch
     _lock: threading.Lock = field(default_factory=threading.Lock)  # DP replicas log from threads
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the lock (a Trainer pickles, as Lightning's does); a new one when unpickled."""
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
-
     def use_loader(self, idx: int | None) -> None:
         """The evaluation loader that runs now; None in the epoch-level hooks, which log for every loader."""
         self.dataloader_idx = idx

@@ -196,14 +196,14 @@ class Trainer:
             check_trainer(self)
         self.seed = seed
         self.requeue_signal = requeue_signal
-        self._loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
+        self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
         )
         self.should_stop = False  # callbacks and modules may set it
         self.state = TrainerState()  # what runs now and what it loaded: changed only through its methods
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from the CLI
-        self.metric_log = MetricLog(self.strategy, self._loggers)
+        self.metric_log = MetricLog(self.strategy, self.loggers)
         self.fit_loop: FitLoop = FitLoop(self)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
@@ -362,22 +362,8 @@ class Trainer:
         return self.strategy.is_global_zero
 
     @property
-    def loggers(self) -> list[Logger]:
-        return self._loggers
-
-    @loggers.setter
-    def loggers(self, loggers: list[Logger] | None) -> None:
-        """Lightning's setter (None is no logger); the list is replaced in place: the metric log holds it."""
-        self._loggers[:] = build_loggers(list(loggers or []), self.default_root_dir, False)
-
-    @property
     def logger(self) -> Logger | None:
         return self.loggers[0] if self.loggers else None
-
-    @logger.setter
-    def logger(self, logger: Logger | None) -> None:
-        """Lightning's setter: the only logger, or none (None)."""
-        self.loggers = [] if logger is None else [logger]
 
     @property
     def log_dir(self) -> str | None:
