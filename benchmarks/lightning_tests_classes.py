@@ -45,6 +45,45 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "optimizer_step get the closure",
         "What differs: The optimizer steps after the backward, not around it",
     ),
+    # ---- loggers
+    r"loggers\.test_comet::|loggers\.test_all::\w+\[CometLogger\]": (
+        "Comet is not supported: CometLogger imports and raises MisconfigurationException naming the loggers to use",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_litlogger::test_litlogger_": (
+        "Lightning AI's hosted tracking is not supported: LitLogger imports and raises MisconfigurationException",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_tensorboard::test_tensorboard_hparams_reload$|loggers\.test_wandb::test_wandb_log_model$": (
+        "save_last is on by default: last.ckpt is kept (and uploaded by log_model) beside the best checkpoint",
+        "What differs: Defaults",
+    ),
+    r"loggers\.test_wandb::test_wandb_logger_init$": (
+        "WandbLogger makes the run id itself (wandb.init gets it, not None) so the run's folder is known before wandb "
+        "starts",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_wandb::(test_wandb_logger_dirs_creation|test_wandb_pickle)$": (
+        "trainer.log_dir under WandbLogger is the run's own folder <save_dir>/<project>/<run id>, not save_dir",
+        "What differs: Defaults",
+    ),
+    r"loggers\.test_wandb::test_wandb_logger_offline_log_model$": (
+        "log_model with offline=True keeps the model artifacts in the offline run for wandb sync; Lightning refuses",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_wandb::test_wandb_log_media$": (
+        "a step's values go to wandb as one wandb.log call when the step is complete (flush), not one call each",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_csv::test_csv_logger_remotefs$": (
+        "CSVLogger writes to a local folder (it replaces metrics.csv by renaming a file); a URL is refused",
+        "What differs: Loggers",
+    ),
+    r"loggers\.test_csv::test_append_metrics_file$": (
+        "the test patches Lightning's private _ExperimentWriter._check_log_dir_exists to switch off the rule that "
+        "starts a given version's metrics.csv over; steadytrain keeps that rule and has no private switch",
+        "What differs: Runs that share a folder keep their own files",
+    ),
 }
 
 # Lightning's internals a test can reach: its loops and connectors, private names, module paths patched by string.

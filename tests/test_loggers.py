@@ -18,11 +18,13 @@ import pytest
 import torch
 import yaml
 
+from trainer.callbacks import ModelCheckpoint
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
 
 REPO = Path(__file__).resolve().parents[1]
 CSV_MODULE = importlib.import_module("trainer.loggers.csv")
 WANDB_MODULE = importlib.import_module("trainer.loggers.wandb")
+WANDB_IMPORT = importlib.import_module("trainer.loggers.wandb_media")
 TB_MODULE = importlib.import_module("trainer.loggers.tensorboard")
 
 
@@ -66,8 +68,8 @@ def test_missing_backend_says_what_to_install(
     import lightning_utilities.core.imports as imports
 
     monkeypatch.setattr(imports, "RequirementCache", lambda name: False)
-    WANDB_MODULE._import_wandb.cache_clear()  # a success earlier in this process is cached
-    TB_MODULE._tensorboard.cache_clear()
+    WANDB_IMPORT.check_wandb.cache_clear()  # a success earlier in this process is cached
+    TB_MODULE._backend.cache_clear()
     with pytest.raises(ImportError, match=rf"pip install steadytrain\[{extra}\]"):
         logger(save_dir=str(tmp_path)).log_metrics({"loss": 1.0}, step=0)
 
@@ -123,7 +125,7 @@ def test_csv_constructing_is_free_and_version_is_next_free(tmp_path: Path) -> No
 
 
 def test_csv_buffers_rows_and_grows_the_header(tmp_path: Path) -> None:
-    logger = CSVLogger(save_dir=str(tmp_path), flush_every=2)
+    logger = CSVLogger(save_dir=str(tmp_path), flush_logs_every_n_steps=2)
     path = os.path.join(logger.log_dir, "metrics.csv")
     logger.log_metrics({"loss": 1.0}, step=0)
     assert not os.path.exists(path)
@@ -192,7 +194,7 @@ def test_csv_hparams_yaml(tmp_path: Path) -> None:
 
 
 def test_csv_resume_appends_to_the_same_folder(tmp_path: Path) -> None:
-    first = CSVLogger(save_dir=str(tmp_path), flush_every=1)
+    first = CSVLogger(save_dir=str(tmp_path), flush_logs_every_n_steps=1)
     for step in range(3):
         first.log_metrics({"loss": float(step)}, step=step)
     state = first.state_dict()
@@ -325,7 +327,13 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     logger.log_histogram("diverged", torch.tensor([float("nan"), float("inf")]), step=20)  # nothing to draw
     checkpoints = Path(logger.log_dir) / "checkpoints"
     checkpoints.mkdir(parents=True)
-    (checkpoints / "last.ckpt").write_bytes(b"weights")
+    callback = ModelCheckpoint(dirpath=str(checkpoints), monitor="loss")
+    for name, score in (("epoch=0.ckpt", 0.5), ("epoch=1.ckpt", 0.25)):  # the kept (best) one replaces the first
+        (checkpoints / name).write_bytes(b"weights")
+        callback.best_k_models, callback.best_model_path = {str(checkpoints / name): score}, str(checkpoints / name)
+        callback.last_model_path = str(checkpoints / "last.ckpt")
+        (checkpoints / "last.ckpt").write_bytes(b"weights")
+        logger.after_save_checkpoint(callback)  # log_model=True: remembered, uploaded when the run succeeds
     logger.finalize("success")
 
     (run_dir,) = glob.glob(str(wandb_offline / "wandb" / f"offline-run-*-{logger.id}"))
@@ -348,9 +356,11 @@ def test_wandb_offline_run_files(wandb_offline: Path) -> None:
     assert hist["weights._type"] == "histogram" and sum(hist["weights.values"]) == 3  # NaN and inf dropped
     assert not any("diverged._type" in row for row in run["history"])
 
-    (artifact,) = run["artifacts"]
-    assert artifact.name == f"model-{logger.id}" and artifact.type == "model"
-    assert [entry.path for entry in artifact.manifest.contents] == ["last.ckpt"]
+    artifacts = run["artifacts"]  # the kept checkpoints at the end: the best and last.ckpt, one version each
+    assert [(a.name, a.type) for a in artifacts] == [(f"model-{logger.id}", "model")] * 2
+    assert all([entry.path for entry in a.manifest.contents] == ["model.ckpt"] for a in artifacts)
+    metadata = sorted((json.loads(a.metadata)["original_filename"], json.loads(a.metadata)["score"]) for a in artifacts)
+    assert metadata == [("epoch=1.ckpt", 0.25), ("last.ckpt", None)]
 
 
 def test_wandb_resume_continues_the_same_run(wandb_offline: Path) -> None:
@@ -387,7 +397,7 @@ def test_wandb_checks_the_import_once_and_sends_one_row_per_step(
 
     checks = _Recorder(imports.RequirementCache)
     monkeypatch.setattr(imports, "RequirementCache", checks)
-    WANDB_MODULE._import_wandb.cache_clear()
+    WANDB_IMPORT.check_wandb.cache_clear()
     logger = WandbLogger(project="steadytrain-test", save_dir=str(wandb_offline))
     logs = _record_logs(logger, monkeypatch)
     for step in (0, 10, 20):

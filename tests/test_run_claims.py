@@ -133,17 +133,17 @@ def test_other_ranks_never_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_given_version_that_holds_files_warns_and_starts_its_metrics_over(tmp_path: Path) -> None:
-    first = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_every=1)
+    first = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_logs_every_n_steps=1)
     first.log_metrics({"loss": 1.0}, step=0)
     first.finalize("success")
-    second = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_every=1)
-    second.log_hyperparams({"lr": 0.5})
+    second = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_logs_every_n_steps=1)
     with pytest.warns(UserWarning, match=r"Experiment logs directory .*fixed exists and is not empty\. Previous log"):
-        second.log_metrics({"loss": 2.0}, step=0)
+        second.log_hyperparams({"lr": 0.5})  # its first write (hparams.yaml, written now as Lightning's)
+    second.log_metrics({"loss": 2.0}, step=0)
     second.finalize("success")
     rows = Path(second.log_dir, "metrics.csv").read_text().splitlines()
     assert rows == ["loss,step", "2.0,0"]  # Lightning's rule: the earlier run's rows are gone, not mixed in
-    resumed = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_every=1)
+    resumed = CSVLogger(save_dir=str(tmp_path), version="fixed", flush_logs_every_n_steps=1)
     resumed.load_state_dict(second.state_dict())  # the same run continued: its own rows stay, no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")

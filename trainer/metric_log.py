@@ -122,13 +122,17 @@ class MetricLog:
         floats: dict[str, float] = {k: float(v) for k, v in values.items() if k not in hidden}
         if not floats:
             return
-        if epoch is not None:
-            floats["epoch"] = epoch
+        logged_step = floats.pop("step", None)
+        if logged_step is not None:  # Lightning's rule: a logged ``step`` is the row's step, with no ``epoch`` added
+            step = int(logged_step)
+        elif epoch is not None:
+            floats.setdefault("epoch", epoch)
         for lg in self.loggers:
             lg.log_metrics(floats, step)
 
     def flush_loggers(self) -> None:
-        """A logging point is complete (its metrics and whatever hooks logged beside them): send it as one row."""
+        """A logging point is complete (its metrics and whatever hooks logged beside them): send it as one row
+        (``save``, Lightning's name, which a steadytrain logger implements as ``flush``)."""
         if self.loggers and self.strategy.is_global_zero:
             for lg in self.loggers:
-                lg.flush()
+                lg.save()

@@ -8,22 +8,28 @@ from typing import Any
 from trainer.loggers.base import Logger
 
 _LAZY = {
+    "CometLogger": "trainer.loggers.unsupported",
     "CSVLogger": "trainer.loggers.csv",
     "DummyExperiment": "trainer.loggers.dummy",
     "DummyLogger": "trainer.loggers.dummy",
     "ExperimentWriter": "trainer.loggers.csv_experiment",
+    "LitLogger": "trainer.loggers.unsupported",
     "MLFlowLogger": "trainer.loggers.mlflow",
+    "NeptuneLogger": "trainer.loggers.unsupported",
     "TensorBoardLogger": "trainer.loggers.tensorboard",
     "WandbLogger": "trainer.loggers.wandb",
 }
 
 __all__ = [
     "CSVLogger",
+    "CometLogger",
     "DummyExperiment",
     "DummyLogger",
     "ExperimentWriter",
+    "LitLogger",
     "Logger",
     "MLFlowLogger",
+    "NeptuneLogger",
     "TensorBoardLogger",
     "WandbLogger",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import atexit
 import os
 import warnings
-from collections.abc import Callable
+from argparse import Namespace
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np  # already loaded by torch
@@ -14,25 +15,59 @@ import numpy as np  # already loaded by torch
 class Logger:
     """A sink for hyper-parameters and scalar metrics; everything beyond that is optional.
 
-    A logger may buffer what it is given (the built-in ones keep a step's values to write them in one
-    call); ``flush`` hands the buffer to the backend, and ``finalize`` flushes before closing.
+    Lightning's ``Logger`` API: a logger written for Lightning (``log_metrics``, ``log_hyperparams``,
+    ``save``, ``finalize``, ``name``, ``version``) runs here unchanged. A logger may buffer what it is given
+    (the built-in ones keep a step's values to write them in one call); ``flush`` (Lightning's ``save``)
+    hands the buffer to the backend, and ``finalize`` flushes before closing.
     """
 
-    name: str = "logger"
+    LOGGER_JOIN_CHAR = "-"  # Lightning's: a ``prefix`` is joined to each metric's name with it
+
+    @property
+    def name(self) -> str | None:
+        """The experiment's name (a subclass may set a plain attribute instead)."""
+        return "logger"
+
+    @property
+    def version(self) -> int | str | None:
+        """The run's version, None when the logger has none (Lightning's)."""
+        return None
 
     @property
     def log_dir(self) -> str | None:
         """Folder this run writes to (checkpoints default to ``<log_dir>/checkpoints``)."""
         return None
 
-    def log_hyperparams(self, params: dict[str, Any]) -> None:
+    @property
+    def save_dir(self) -> str | None:
+        """The folder the logger writes under; None for a logger that writes nothing locally (Lightning's)."""
+        return None
+
+    @property
+    def root_dir(self) -> str | None:
+        """``<save_dir>/<name>`` for the file loggers; None for the others (Lightning's)."""
+        return None
+
+    @property
+    def group_separator(self) -> str:
+        """What joins a group's name to a metric's (Lightning's)."""
+        return "/"
+
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
         """Record the run's configuration once, at fit start."""
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Record scalars at a global step."""
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record scalars at a global step (None: the logger's own next step, as in Lightning)."""
         raise NotImplementedError
 
-    def log_image(self, key: str, images: list[Any], step: int, **kwargs: Any) -> None:
+    def start_early(self) -> None:
+        """Called at each stage's start on global rank zero, for every logger before any writes: a backend that must
+        start before the others' does so here (wandb's ``sync_tensorboard``). Optional."""
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's graph; called at fit start, as in Lightning. Optional (TensorBoard's ``log_graph``)."""
+
+    def log_image(self, key: str, images: list[Any], step: int | None = None, **kwargs: Any) -> None:
         """Record images (HWC uint8 arrays, CHW tensors or PIL images); optional."""
 
     def log_histogram(self, key: str, values: Any, step: int) -> None:
@@ -42,18 +77,24 @@ class Logger:
         """Hand everything buffered to the backend; under a microsecond when nothing is buffered.
 
         wandb and TensorBoard keep what is logged at one step and send it as one write (one
-        ``wandb.log`` call, one event) when another step is logged; CSV keeps up to ``flush_every``
-        rows. Checkpoints (``state_dict``), ``finalize`` and a normal exit write the buffer too, so
-        nothing is lost without ``flush``: values only reach the backend later. The Trainer must
-        call ``flush`` on global rank zero each time a logging point is complete: at the end of
-        every optimizer step (after the step's metrics are written and the ``on_train_batch_end``
-        hooks ran), after a validation or test epoch's metrics, and after the training epoch's
-        metrics; ``finalize`` flushes by itself. Never between two writes of one logging point:
-        that splits its row in two.
+        ``wandb.log`` call, one event) when another step is logged; CSV keeps up to
+        ``flush_logs_every_n_steps`` rows. Checkpoints (``state_dict``), ``finalize`` and a normal exit
+        write the buffer too, so nothing is lost without ``flush``: values only reach the backend later.
+        The Trainer calls ``save`` (which calls ``flush``) on global rank zero each time a logging point is
+        complete: at the end of every optimizer step (after the step's metrics are written and the
+        ``on_train_batch_end`` hooks ran), after a validation or test epoch's metrics, and after the
+        training epoch's metrics; ``finalize`` flushes by itself. Never between two writes of one logging
+        point: that splits its row in two.
         """
+
+    def save(self) -> None:
+        """Lightning's name for ``flush``, and what the Trainer calls: a logger written for Lightning overrides
+        this one, a steadytrain logger ``flush``."""
+        self.flush()
 
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is "success", "failed" or "interrupted"."""
+        self.save()
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """A ``ModelCheckpoint`` (typed ``Any``: callbacks import loggers) wrote a checkpoint, on global rank
@@ -65,6 +106,29 @@ class Logger:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str) -> dict[str, Any]:
+    """``{"loss": 1}`` as ``{"<prefix><separator>loss": 1}``; unchanged (a copy) without a prefix."""
+    if not prefix:
+        return dict(metrics)
+    return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
+def hparams_dict(params: Any) -> dict[str, Any]:
+    """What ``log_hyperparams`` takes, as a dict: a dict, an ``argparse.Namespace``, a mapping (OmegaConf's
+    ``DictConfig`` too), or None (nothing)."""
+    if params is None:
+        return {}
+    if isinstance(params, Namespace):
+        return dict(vars(params))
+    if type(params).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return dict(OmegaConf.to_container(params, resolve=True))  # type: ignore[arg-type]
+    if hasattr(params, "items"):
+        return dict(params.items())
+    raise TypeError(f"log_hyperparams takes a dict or an argparse.Namespace; got {type(params).__name__}.")
 
 
 class StepBuffer:
@@ -133,9 +197,13 @@ def sanitize_hparams(value: Any) -> Any:
     """
     if value is None:
         return None
+    if isinstance(value, np.generic):  # numpy scalars (np.bool_ is no bool): their Python value
+        value = value.item()
     for kind in (bool, int, float, str):
         if isinstance(value, kind):
             return kind(value)
+    if isinstance(value, Namespace):
+        value = vars(value)
     if isinstance(value, dict):
         return {str(k): sanitize_hparams(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -11,16 +11,16 @@ from trainer.loggers.base import Logger
 
 @functools.cache
 def tensorboard_available() -> bool:
-    """Whether ``tensorboard`` is installed (found, not imported: importing it is slow)."""
-    return importlib.util.find_spec("tensorboard") is not None
+    """Whether ``tensorboard`` or ``tensorboardX`` is installed (found, not imported: importing is slow)."""
+    return any(importlib.util.find_spec(name) is not None for name in ("tensorboard", "tensorboardX"))
 
 
 def build_loggers(
     logger: bool | Logger | Iterable[Logger] | None, default_root_dir: str, fast_dev_run: bool
 ) -> list[Logger]:
     """True: Lightning's default, a TensorBoardLogger writing ``<default_root_dir>/lightning_logs/version_N`` where
-    tensorboard is installed, else a CSVLogger there; False or None (the Trainer turns its default None into True):
-    none; else the Logger(s) given.
+    tensorboard (or tensorboardX) is installed, else a CSVLogger there; False or None (the Trainer turns its default
+    None into True): none; else the Logger(s) given.
 
     Under ``fast_dev_run`` any logger becomes a DummyLogger, as in Lightning: ``self.logger`` still
     takes calls, nothing is written and ``log_dir`` is None.

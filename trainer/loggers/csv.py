@@ -10,7 +10,8 @@ from typing import Any, TextIO
 
 from typing_extensions import override
 
-from trainer.loggers.base import FlushAtExit, disk_error, sanitize_hparams
+from trainer.exceptions import MisconfigurationException
+from trainer.loggers.base import FlushAtExit, add_prefix, disk_error, hparams_dict, sanitize_hparams
 from trainer.loggers.csv_experiment import CSVExperiment
 from trainer.loggers.dummy import DummyExperiment, on_global_zero
 from trainer.loggers.folder import FolderLogger, RunFolder
@@ -107,50 +108,80 @@ def _ordered_keys(rows: list[dict[str, float]]) -> list[str]:
 
 
 class CSVLogger(FolderLogger):
-    """Writes ``metrics.csv`` and ``hparams.yaml`` to ``<save_dir>/<name>/version_<n>``.
+    """Writes ``metrics.csv`` and ``hparams.yaml`` to ``<save_dir>/<name>/version_<n>`` (``<save_dir>/version_<n>``
+    when ``name`` is ``""`` or None), Lightning's arguments.
 
-    Rows are buffered and written every ``flush_every`` rows, on ``flush``, at each checkpoint
-    (``state_dict``), at ``finalize`` and when the process exits normally. A resumed run appends to the
-    same folder and drops the rows the crashed run wrote after its last checkpoint, so every step
-    appears once.
+    Rows are buffered and written every ``flush_logs_every_n_steps`` rows, on ``flush``/``save``, at each
+    checkpoint (``state_dict``), at ``finalize`` and when the process exits normally (the Trainer flushes at
+    every logging point). ``hparams.yaml`` is written when hyper-parameters are logged. Metric names get
+    ``<prefix>-`` in front with a ``prefix``. A resumed run appends to the same folder and drops the rows the
+    crashed run wrote after its last checkpoint, so every step appears once. ``save_dir`` is a local folder:
+    a URL (``s3://``, ``memory://``) is refused.
     """
 
     def __init__(
         self,
-        save_dir: str = "runs",
-        name: str = "lightning_logs",
+        save_dir: str | os.PathLike[str] = "runs",
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
-        flush_every: int = 100,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
     ) -> None:
-        self.name = name
-        self.flush_every = flush_every
-        self._folder = RunFolder(save_dir, name, version)
+        if "://" in os.fspath(save_dir):
+            raise MisconfigurationException(
+                f"CSVLogger(save_dir={os.fspath(save_dir)!r}): a URL; CSVLogger writes to a local folder (it rewrites "
+                "metrics.csv by renaming a temporary file, which object stores cannot do). Give a local folder and "
+                "copy it where you need it."
+            )
+        if not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
+            raise MisconfigurationException(
+                f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}): a number of rows, 1 or more."
+            )
+        self._name = name or ""
+        self._prefix = prefix
+        self.flush_logs_every_n_steps = flush_logs_every_n_steps
+        self._folder = RunFolder(os.fspath(save_dir), self._name, version)
         self._file: MetricsFile | None = None
         self._rows: list[dict[str, float]] = []
-        self._hparams: dict[str, Any] | None = None
+        self.hparams: dict[str, Any] = {}  # every hyper-parameter logged, as written to hparams.yaml
+        self._hparams_pending = False
         self._keep: int | None = None  # rows of the checkpointed run to keep, set on resume
         self._fresh = True  # nothing written or resumed yet: a given version's old files are checked once
         self._flush_at_exit = FlushAtExit()
 
     @property
     def experiment(self) -> CSVExperiment:
-        """Lightning's CSV experiment calls (``log_metrics``, ``save``); TensorBoard's fail, saying how to get them."""
-        return CSVExperiment(self) if on_global_zero() else DummyExperiment()  # type: ignore[return-value]
+        """Lightning's ``ExperimentWriter`` calls (``log_metrics``, ``save``, ``metrics``); TensorBoard's fail, saying
+        how to get them. The first use checks a given version's folder for an earlier run's logs, as Lightning's."""
+        if not on_global_zero():
+            return DummyExperiment()  # type: ignore[return-value]
+        self._start_fresh()
+        return CSVExperiment(self)
 
     @override
-    def log_hyperparams(self, params: dict[str, Any]) -> None:
-        """Kept until the first metrics, so a ``load_state_dict`` that comes later still picks the folder."""
-        self._hparams = sanitize_hparams(dict(params))
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Merged with those logged before and written to ``hparams.yaml`` now, as in Lightning (global rank
+        zero only)."""
+        if not on_global_zero():
+            return
+        self.hparams.update(sanitize_hparams(hparams_dict(params)))
+        self._hparams_pending = True
         self._flush_at_exit.register(self.flush)
+        self._write_hparams()
 
     @override
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        if self._hparams is not None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """A row at ``step`` (None: the number of rows buffered, Lightning's rule); ``save`` once
+        ``flush_logs_every_n_steps`` rows are buffered."""
+        if self._hparams_pending:
             self._write_hparams()
         self._flush_at_exit.register(self.flush)
+        if step is None:
+            step = len(self._rows)
+        metrics = add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
         self._rows.append({STEP: step, **{k: _number(v) for k, v in metrics.items() if k != STEP}})
-        if len(self._rows) >= self.flush_every:
-            self.flush()
+        if len(self._rows) >= self.flush_logs_every_n_steps:
+            self.save()
 
     @override
     def flush(self) -> None:
@@ -160,13 +191,13 @@ class CSVLogger(FolderLogger):
         it could not write are dropped so that finalize and the exit hook do not fail on them again.
         """
         try:
-            if self._hparams is not None:
+            if self._hparams_pending:
                 self._write_hparams()
             if self._rows or self._keep is not None:
                 self._metrics_file().append(self._rows, keep=self._keep)
                 self._rows, self._keep = [], None
         except OSError as err:
-            self._rows, self._keep, self._hparams = [], None, None
+            self._rows, self._keep, self._hparams_pending = [], None, False
             if self._file is not None:
                 with contextlib.suppress(OSError):
                     self._file.close()
@@ -188,13 +219,25 @@ class CSVLogger(FolderLogger):
 
     @override
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue in the checkpointed run's folder; call it before logging anything."""
+        """Continue in the checkpointed run's folder; call it before logging metrics. Hyper-parameters logged
+        before move there (the folder this run claimed is given back)."""
+        if self.hparams and self._folder.picked and state["version"] != self._folder.version:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.log_dir, "hparams.yaml"))
+            self._hparams_pending = True
         self._folder.version = state["version"]
         self._fresh = False  # the checkpointed run's own folder: its files are this run's
         if self._file is not None:
             self._file.close()
         self._file = None
         self._keep = state.get("rows")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its rows written and without the open file (reopened on the next write)."""
+        self.flush()
+        state = self.__dict__.copy()
+        state.update(_file=None, _flush_at_exit=FlushAtExit())
+        return state
 
     def _metrics_file(self) -> MetricsFile:
         if self._file is None:
@@ -208,8 +251,8 @@ class CSVLogger(FolderLogger):
         self._start_fresh()
         os.makedirs(self.log_dir, exist_ok=True)
         with open(os.path.join(self.log_dir, "hparams.yaml"), "w") as f:
-            yaml.safe_dump(self._hparams, f, sort_keys=False)
-        self._hparams = None
+            yaml.safe_dump(self.hparams, f, sort_keys=False)
+        self._hparams_pending = False
 
     def _start_fresh(self) -> None:
         """Lightning's rule for a version given by the user whose folder holds an earlier run's logs: warn, and

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainer.loggers.folder import FolderLogger
+if TYPE_CHECKING:
+    from trainer.loggers.csv import CSVLogger
 
 
 class CSVExperiment:
@@ -15,8 +16,18 @@ class CSVExperiment:
     NAME_METRICS_FILE = "metrics.csv"
     NAME_HPARAMS_FILE = "hparams.yaml"
 
-    def __init__(self, logger: FolderLogger) -> None:
+    def __init__(self, logger: CSVLogger) -> None:
         self._logger = logger
+
+    @property
+    def metrics(self) -> list[dict[str, float]]:
+        """The rows buffered, not written yet (each with its ``step``)."""
+        return self._logger._rows
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """Every hyper-parameter logged, as in ``hparams.yaml``."""
+        return self._logger.hparams
 
     @property
     def log_dir(self) -> str:
@@ -27,15 +38,15 @@ class CSVExperiment:
         return os.path.join(self._logger.log_dir, "metrics.csv")
 
     def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
-        """One row at ``step`` (0 if None)."""
-        self._logger.log_metrics(metrics_dict, 0 if step is None else step)
+        """One row at ``step`` (None: the number of rows buffered, Lightning's rule)."""
+        self._logger.log_metrics(metrics_dict, step)
 
     def log_hparams(self, params: dict[str, Any]) -> None:
         self._logger.log_hyperparams(params)
 
     def save(self) -> None:
         """Write what is buffered."""
-        self._logger.flush()
+        self._logger.save()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

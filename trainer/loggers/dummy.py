@@ -49,7 +49,11 @@ class DummyLogger(Logger):
         return self._experiment
 
     @override
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    @override
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     def __getitem__(self, _: int) -> DummyLogger:

@@ -43,6 +43,7 @@ class RunFolder:
     def __init__(self, save_dir: str, name: str, version: int | str | None = None) -> None:
         self.save_dir = save_dir
         self.name = name
+        self.root = expand(os.path.join(save_dir, name))  # ``~`` and ``$VAR`` expanded, as Lightning's log_dir
         self.given = version is not None  # the user chose the folder
         self._version = version
         self._claimed: str | None = None  # the folder this process created, while it may still be given back
@@ -55,12 +56,11 @@ class RunFolder:
     @property
     def version(self) -> int | str:
         if self._version is None:
-            root = os.path.join(self.save_dir, self.name)
             if global_rank() == 0:
-                self._version = claim_version(root)
+                self._version = claim_version(self.root)
                 self._claimed = self.path
             else:  # rank zero's choice arrives with share_run_folders; until then, a guess
-                return next_version(root)
+                return next_version(self.root)
         return self._version
 
     @version.setter
@@ -78,9 +78,17 @@ class RunFolder:
 
     @property
     def path(self) -> str:
-        version = self.version
-        folder = version if isinstance(version, str) else f"version_{version}"
-        return os.path.join(self.save_dir, self.name, folder)
+        return os.path.join(self.root, version_folder(self.version))
+
+
+def version_folder(version: int | str) -> str:
+    """A string version is the folder's name; a number ``n`` is ``version_<n>`` (Lightning's rule)."""
+    return version if isinstance(version, str) else f"version_{version}"
+
+
+def expand(path: str) -> str:
+    """``~`` and ``$VAR`` in a folder given to a logger, expanded (Lightning's TensorBoard ``log_dir`` does)."""
+    return os.path.expanduser(os.path.expandvars(path))
 
 
 def share_run_folders(loggers: Sequence[Logger], strategy: Any) -> None:
@@ -106,27 +114,45 @@ def share_run_folders(loggers: Sequence[Logger], strategy: Any) -> None:
 
 
 class FolderLogger(Logger):
-    """A logger that writes into a :class:`RunFolder`: Lightning's ``log_dir``, ``save_dir``, ``root_dir`` and
-    ``version``, each a view of the folder (subclasses set ``name`` and ``_folder``)."""
+    """A logger that writes into a :class:`RunFolder`: Lightning's ``name``, ``log_dir``, ``save_dir``,
+    ``root_dir`` and ``version``, each a view of the folder (subclasses set ``_name`` and ``_folder``).
 
-    name: str
+    ``log_dir`` is made of the ``root_dir``, ``version`` and ``sub_dir`` properties, so a subclass that
+    overrides one (Lightning's way to fix a run's folder) moves it."""
+
+    _name: str
     _folder: RunFolder
 
     @property
     @override
-    def log_dir(self) -> str:
-        return self._folder.path
+    def name(self) -> str:
+        return self._name
 
     @property
+    @override
+    def log_dir(self) -> str:
+        path = os.path.join(self.root_dir, version_folder(self.version))
+        sub_dir = self.sub_dir
+        return expand(os.path.join(path, sub_dir) if sub_dir else path)
+
+    @property
+    def sub_dir(self) -> str | None:
+        """A folder inside the run's (TensorBoard's ``sub_dir``); None for the run's folder itself."""
+        return None
+
+    @property
+    @override
     def save_dir(self) -> str:
         """The folder the run folders go under, a str as Lightning's."""
         return os.fspath(self._folder.save_dir)
 
     @property
+    @override
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the run folders of this name, as Lightning's."""
         return os.path.join(self.save_dir, self.name)
 
     @property
+    @override
     def version(self) -> int | str:
         return self._folder.version

@@ -12,21 +12,20 @@ import os
 import re
 import time
 import warnings
-from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
-from trainer.loggers.base import FlushAtExit, Logger, StepBuffer, sanitize_hparams
+from trainer.loggers.base import FlushAtExit, Logger, StepBuffer, hparams_dict, sanitize_hparams
+from trainer.loggers.checkpoints import unlogged_checkpoints
 from trainer.loggers.folder import RunFolder
 from trainer.loggers.mlflow_run import (
     continue_run,
     experiment_id,
     new_run,
     store_lock,
-    unlogged_checkpoints,
     upload_checkpoint,
 )
 
@@ -50,6 +49,15 @@ def _global_rank() -> int:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return int(os.environ.get("RANK", "0"))
+
+
+def _mlflow_installed() -> bool:
+    """Found, not imported (importing takes seconds); a stand-in a test put in ``sys.modules`` has no spec, and
+    counts."""
+    try:
+        return importlib.util.find_spec("mlflow") is not None
+    except ValueError:
+        return True
 
 
 class _NoExperiment:
@@ -92,7 +100,7 @@ class MLFlowLogger(Logger):
         run_id: str | None = None,
         synchronous: bool | None = None,
     ) -> None:
-        if importlib.util.find_spec("mlflow") is None:
+        if not _mlflow_installed():
             raise ImportError(f"MLFlowLogger needs mlflow: {INSTALL}")
         if log_model not in (True, False, "all"):
             raise ValueError(f"MLFlowLogger(log_model={log_model!r}): use True, False or 'all'.")
@@ -143,11 +151,13 @@ class MLFlowLogger(Logger):
         return self._experiment_id
 
     @property
-    def name(self) -> str | None:  # type: ignore[override]
+    @override
+    def name(self) -> str | None:
         """The experiment's id, as in Lightning."""
         return self.experiment_id
 
     @property
+    @override
     def version(self) -> str | None:
         """The run's id, as in Lightning."""
         return self.run_id
@@ -165,11 +175,9 @@ class MLFlowLogger(Logger):
 
     # ---- logging ------------------------------------------------------------------------------------
     @override
-    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
         """Flattened (``a/b``), as text cut to 250 characters; sent when the run starts."""
-        if isinstance(params, Namespace):
-            params = vars(params)
-        flat = _flatten(sanitize_hparams(dict(params)))
+        flat = _flatten(sanitize_hparams(hparams_dict(params)))
         cut = sorted(key for key, value in flat.items() if len(value) > PARAM_VALUE_LIMIT)
         if cut:
             warnings.warn(
@@ -180,8 +188,9 @@ class MLFlowLogger(Logger):
         self._params.update({key: value[:PARAM_VALUE_LIMIT] for key, value in flat.items()})
 
     @override
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Buffered until the step's batch is sent; text values are left out with a warning, as in Lightning."""
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Buffered until the step's batch is sent (no step: step 0, as in Lightning); text values are left out
+        with a warning, as in Lightning."""
         values = {}
         for name, value in metrics.items():
             if isinstance(value, str):
@@ -189,7 +198,7 @@ class MLFlowLogger(Logger):
                 continue
             values[self._key(name)] = float(value)
         if values and self._ensure_run():
-            self._row.add(step, values)
+            self._row.add(0 if step is None else step, values)
 
     @override
     def flush(self) -> None:
@@ -244,6 +253,14 @@ class MLFlowLogger(Logger):
                 stacklevel=2,
             )
         self._run_id = run_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the client (it holds the store's connections): unpickled, the logger continues the
+        same run by its id."""
+        self.flush()
+        state = self.__dict__.copy()
+        state.update(_client=None, _active=False, _flush_at_exit=FlushAtExit())
+        return state
 
     # ---- the run ------------------------------------------------------------------------------------
     def _ensure_run(self, reopen: bool = True) -> bool:

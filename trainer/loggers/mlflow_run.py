@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.loggers.checkpoints import checkpoint_aliases, checkpoint_metadata
+
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from trainer.callbacks.checkpoint import ModelCheckpoint
-
-SETTINGS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps", "every_n_epochs")
 
 
 @contextlib.contextmanager
@@ -95,13 +95,6 @@ def continue_run(client: MlflowClient, run_id: str, tags: dict[str, str], batch_
     return str(run.info.experiment_id)
 
 
-def unlogged_checkpoints(callback: ModelCheckpoint, logged: dict[str, float]) -> list[tuple[float, str]]:
-    """``(mtime, path)`` of the kept, best and last checkpoints that exist and are not logged at that mtime."""
-    paths = {*callback.best_k_models, callback.last_model_path, callback.best_model_path} - {""}
-    found = [(os.path.getmtime(path), path) for path in paths if os.path.exists(path)]
-    return sorted((mtime, path) for mtime, path in found if logged.get(path) != mtime)
-
-
 def upload_checkpoint(client: MlflowClient, run_id: str, callback: ModelCheckpoint, path: str) -> None:
     """One checkpoint file (or sharded folder, once its asynchronous write is done) with its metadata."""
     stem = Path(path).stem
@@ -112,14 +105,5 @@ def upload_checkpoint(client: MlflowClient, run_id: str, callback: ModelCheckpoi
         client.log_artifacts(run_id, path, f"{stem}/{Path(path).name}")
     else:
         client.log_artifact(run_id, path, stem)
-    client.log_dict(run_id, metadata(callback, path), f"{stem}/metadata.yaml")
-    aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
-    client.log_text(run_id, str(aliases), f"{stem}/aliases.txt")
-
-
-def metadata(callback: ModelCheckpoint, path: str) -> dict[str, Any]:
-    return {
-        "score": callback.best_k_models.get(path),
-        "original_filename": Path(path).name,
-        "Checkpoint": {name: getattr(callback, name) for name in SETTINGS},
-    }
+    client.log_dict(run_id, checkpoint_metadata(callback, path, "Checkpoint"), f"{stem}/metadata.yaml")
+    client.log_text(run_id, str(checkpoint_aliases(callback, path)), f"{stem}/aliases.txt")

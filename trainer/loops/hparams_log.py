@@ -1,5 +1,5 @@
 """The hyper-parameters the loggers get when fit starts: the module's and the DataModule's saved ones and
-the CLI's config, on global rank zero, as Lightning logs them."""
+the CLI's config, on global rank zero, as Lightning logs them; and the module itself, for ``log_graph``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,12 @@ def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> No
     if not trainer.is_global_zero or not trainer.enable_autolog_hparams:  # Trainer(enable_autolog_hparams=False)
         return
     params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
-    for lg in trainer.loggers if params else ():  # as Lightning: no hparams.yaml when nothing was saved
-        lg.log_hyperparams(params)
+    for lg in trainer.loggers:
+        lg.start_early()  # as Lightning: wandb's run starts before any TensorBoard writer opens
+    for lg in trainer.loggers:
+        if params:  # as Lightning: no hparams.yaml when nothing was saved
+            lg.log_hyperparams(params)
+        lg.log_graph(module)  # as Lightning: TensorBoardLogger(log_graph=True) draws the module's graph
 
 
 def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
