@@ -172,3 +172,23 @@ def test_a_trainer_pickles_and_detect_anomaly_names_the_op(tmp_path: Path) -> No
 
     with pytest.raises(RuntimeError, match="returned nan values"):
         quiet(tmp_path, max_steps=1, detect_anomaly=True).fit(Nan(), loader(regression_data(8)))
+
+
+# ---- a module lacking what a stage needs: Lightning's errors (trainer/test_config_validator.py) ---------------
+@pytest.mark.parametrize(
+    ("missing", "call", "match"),
+    [
+        ("training_step", "fit", r"No `training_step\(\)` method defined"),
+        ("configure_optimizers", "fit", r"No `configure_optimizers\(\)` method defined"),
+        ("validation_step", "validate", r"No `validation_step\(\)` method defined"),
+        ("predict_step", "predict", r"`predict_step` cannot be None"),
+        ("forward", "predict", r"requires `forward` method to run"),
+    ],
+)
+def test_a_step_set_to_none_is_lightnings_misconfiguration(tmp_path: Path, missing: str, call: str, match: str) -> None:
+    from trainer.exceptions import MisconfigurationException
+
+    module = Regressor()
+    setattr(module, missing, None)
+    with pytest.raises(MisconfigurationException, match=match):
+        getattr(quiet(tmp_path), call)(module, loader(regression_data(16), batch_size=4))

@@ -14,6 +14,11 @@ class MisconfigurationTypeError(MisconfigurationException, TypeError):
     """A flag of the wrong type: caught as Lightning's ``MisconfigurationException`` and as Python's ``TypeError``."""
 
 
+class MisconfigurationAttributeError(MisconfigurationException, AttributeError):
+    """A module lacking what a stage needs (``training_step``, ``configure_optimizers``, ...): Lightning's
+    ``MisconfigurationException``, and the ``AttributeError`` steadytrain raised before."""
+
+
 class SignatureError(RuntimeError, TypeError):
     """A step or hook whose parameters do not fit how the loop calls it: Lightning's ``RuntimeError``, and a
     ``TypeError`` as Python would raise at the call."""

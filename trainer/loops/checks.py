@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.exceptions import MisconfigurationException, MisconfigurationRuntimeError
+from trainer.exceptions import (
+    MisconfigurationAttributeError,
+    MisconfigurationException,
+    MisconfigurationRuntimeError,
+)
 from trainer.user_warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
@@ -72,12 +76,16 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
     """What fit needs from the module, and flags that cannot apply to how it optimizes."""
     from trainer.module import Module, written
 
+    name = type(module).__name__
     if not written(module, "training_step"):
-        raise AttributeError(f"{type(module).__name__} must define training_step(batch, batch_idx).")
-    if getattr(type(module), "configure_optimizers", None) is Module.configure_optimizers and (
-        "configure_optimizers" not in vars(module)
-    ):
-        raise AttributeError(f"{type(module).__name__} must define configure_optimizers().")
+        raise MisconfigurationAttributeError(
+            f"No `training_step()` method defined: {name} must define training_step(batch, batch_idx)."
+        )
+    optimizers = getattr(module, "configure_optimizers", None)  # None: set so by the user, as Lightning's tests do
+    if optimizers is None or getattr(optimizers, "__func__", None) is Module.configure_optimizers:
+        raise MisconfigurationAttributeError(
+            f"No `configure_optimizers()` method defined: {name} must define configure_optimizers()."
+        )
     trainer.strategy.check_fit(module)  # what the strategy cannot train (DP: manual optimization)
     if module.automatic_optimization:
         return

@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
+from trainer.exceptions import MisconfigurationAttributeError, MisconfigurationException, MisconfigurationTypeError
 from trainer.loops.checks import check_module
 from trainer.loops.evaluation import EvalStage, EvaluationLoop
 from trainer.loops.hparams_log import log_hyperparams
@@ -62,7 +62,6 @@ def _run_evaluation(
     keep: bool,
 ) -> list[dict[str, float]]:
     from trainer.data.resolve import is_datamodule, resolve_loaders
-    from trainer.module import written
 
     fn = STAGE_NAMES[stage]
     if trainer.state.running_now:
@@ -78,8 +77,7 @@ def _run_evaluation(
         )
     check_module(module, fn)
     step = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
-    if stage != "predict" and not written(module, step):  # predict_step's default runs forward
-        raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
+    _check_step(module, step, fn)
     if is_datamodule(dataloaders):
         datamodule, dataloaders = dataloaders, None
     ckpt_path = trainer.state.checkpoint_for(fn, ckpt_path)
@@ -159,3 +157,20 @@ def _table(fn: str, results: list[dict[str, float]]) -> str:
     lines = [rule, "   ".join(h.ljust(w) for h, w in zip(head, widths)), rule]
     lines += ["   ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows]
     return "\n".join([*lines, rule])
+
+
+def _check_step(module: Module, step: str, fn: str) -> None:
+    """The step a stage runs exists, in Lightning's words; predict's default step runs ``forward``."""
+    from trainer.module import written
+
+    name = type(module).__name__
+    if step != "predict_step" and not written(module, step):
+        raise MisconfigurationAttributeError(
+            f"No `{step}()` method defined to run `Trainer.{fn}`: {name} has no {step}(); define it to run {fn}."
+        )
+    if step == "predict_step" and getattr(module, step, None) is None:
+        raise MisconfigurationAttributeError(f"`predict_step` cannot be None: define {name}.predict_step to predict.")
+    if step == "predict_step" and not written(module, step) and getattr(module, "forward", None) is None:
+        raise MisconfigurationAttributeError(
+            f"`{name}.predict_step` requires `forward` method to run: define forward() or predict_step()."
+        )
