@@ -192,3 +192,15 @@ def test_a_step_set_to_none_is_lightnings_misconfiguration(tmp_path: Path, missi
     setattr(module, missing, None)
     with pytest.raises(MisconfigurationException, match=match):
         getattr(quiet(tmp_path), call)(module, loader(regression_data(16), batch_size=4))
+
+
+def test_a_module_fit_cannot_train_is_refused_before_any_folder_is_made(tmp_path: Path) -> None:
+    """test_config_validator.py: Lightning checks the module before any hook; no lightning_logs is left behind."""
+    from trainer.exceptions import MisconfigurationException
+
+    module = Regressor()
+    module.automatic_optimization = False
+    fit = trainer.Trainer(default_root_dir=tmp_path, gradient_clip_val=1.0, enable_progress_bar=False)
+    with pytest.raises(MisconfigurationException, match="Automatic gradient clipping is not supported"):
+        fit.fit(module, loader(regression_data(16), batch_size=4))
+    assert list(tmp_path.iterdir()) == []

@@ -91,12 +91,14 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
         return
     if trainer.accumulate_grad_batches != 1:
         raise MisconfigurationException(
+            "Automatic gradient accumulation is not supported for manual optimization: "
             f"accumulate_grad_batches={trainer.accumulate_grad_batches} has no effect with manual optimization "
             "(automatic_optimization=False): accumulate in training_step by stepping the optimizer every N batches."
         )
     if trainer.gradient_clip_val is not None:
         raise MisconfigurationException(
-            "gradient_clip_val has no effect with manual optimization (automatic_optimization=False): call "
+            "Automatic gradient clipping is not supported for manual optimization: gradient_clip_val has no "
+            "effect with manual optimization (automatic_optimization=False): call "
             "self.clip_gradients(optimizer, gradient_clip_val=..., gradient_clip_algorithm=...) before "
             "optimizer.step() in training_step."
         )

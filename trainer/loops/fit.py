@@ -27,7 +27,6 @@ from trainer.data.train_source import TrainSource
 from trainer.exceptions import MisconfigurationException
 from trainer.flags import max_epochs_limit
 from trainer.loops.checks import (
-    check_fit,
     check_output_folders,
     warn_eval_modules,
     warn_logging_gap,
@@ -91,7 +90,6 @@ class FitLoop:
         timed = any(isinstance(cb, Timer) for cb in trainer.callbacks)
         self.max_epochs = max_epochs_limit(self.max_epochs, trainer.max_steps, timed)
         with running(trainer, module, "fit", datamodule):
-            check_fit(trainer, module)
             self._setup(module, train, val, datamodule, ckpt_path)
             hooks.call(trainer, "on_fit_start")
             self._restore_optimizers()

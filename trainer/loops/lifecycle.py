@@ -19,7 +19,7 @@ import trainer.loops.hooks as hooks
 from trainer.exceptions import TunerExit
 from trainer.failures import note_worker_failure
 from trainer.loggers.folder import share_run_folders
-from trainer.loops.checks import check_module, check_uncalled_hooks
+from trainer.loops.checks import check_fit, check_module, check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.optional_batch_idx import batch_idx_optional
 
@@ -65,6 +65,8 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
 
 def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> None:
     strategy = trainer.strategy
+    if fn == "fit":  # before any hook or folder: a module fit cannot train leaves nothing behind (Lightning's)
+        check_fit(trainer, module)
     _add_module_callbacks(trainer, module)
     check_uncalled_hooks(module, list(trainer.callbacks))
     _prepare_data(trainer, module, datamodule)
