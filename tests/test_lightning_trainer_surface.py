@@ -7,6 +7,7 @@ named in its docstring.
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,25 @@ def test_save_checkpoint_before_any_stage_says_a_model_must_be_attached(tmp_path
     with pytest.raises(AttributeError, match=r"only possible if a model is attached.*'x.ckpt'"):
         trainer.Trainer().save_checkpoint("x.ckpt")
     assert not Path("x.ckpt").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name == "nt", reason="POSIX signals")
+def test_a_sigterm_handler_the_program_installed_still_runs(tmp_path: Path) -> None:
+    """connectors/test_signal_connector.py: fit saves and stops on SIGTERM, and the user's own handler runs too."""
+    from trainer.exceptions import SIGTERMException
+
+    ran = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: ran.append(True))
+
+    class Terminated(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return super().training_step(batch, batch_idx)
+
+    fit = trainer.Trainer(default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False)
+    try:
+        with pytest.raises(SIGTERMException):
+            fit.fit(Terminated(), data())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert fit.received_sigterm and ran == [True]

@@ -36,7 +36,8 @@ def _in_main_thread() -> bool:
 # ---- the main process --------------------------------------------------------------------------
 @contextlib.contextmanager
 def catch_stop_signals(names: Iterable[str], on_signal: Callable[[str], None]) -> Iterator[None]:
-    """While inside, each signal in ``names`` calls ``on_signal(name)`` instead of ending the process.
+    """While inside, each signal in ``names`` calls ``on_signal(name)`` instead of ending the process, then the
+    handler the program had installed for it, if any (as Lightning calls a user's own SIGTERM handler).
 
     ``on_signal`` may raise (e.g. KeyboardInterrupt on a second Ctrl-C). Outside the main thread
     Python cannot install handlers, so nothing changes there.
@@ -47,8 +48,12 @@ def catch_stop_signals(names: Iterable[str], on_signal: Callable[[str], None]) -
 
     def handler(signum: int, frame: Any) -> None:
         on_signal(signal.Signals(signum).name)
+        own = previous.get(signal.Signals(signum))
+        if callable(own) and own is not signal.default_int_handler:  # Python's Ctrl-C would raise: ours decides
+            own(signum, frame)
 
-    previous = {sig: signal.signal(sig, handler) for sig in _signal_set(names)}
+    previous: dict[signal.Signals, Any] = {}
+    previous.update({sig: signal.signal(sig, handler) for sig in _signal_set(names)})
     try:
         yield
     finally:
