@@ -29,7 +29,9 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
     if str(ckpt_path) != "last":
         path = Path(ckpt_path)
         if not is_checkpoint_path(path):
-            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist or is not a file.")
+            raise FileNotFoundError(
+                f"Checkpoint file not found: ckpt_path={str(ckpt_path)!r} does not exist or is not a file."
+            )
         return path
     from trainer.checkpoint.io import _rank, find_last_checkpoint
 
