@@ -30,8 +30,19 @@ MODES: dict[str, Callable[[list[int | float]], int | float]] = {
 }
 
 
+def _is_leaf(obj: Any) -> bool:
+    """One loader: anything but a dict, list or tuple, or one of those holding only numbers and strings (``[1, 2, 3]``
+    is one iterable of three items, as in Lightning; so is an empty list)."""
+    if not isinstance(obj, Mapping | list | tuple):
+        return True
+    children = obj.values() if isinstance(obj, Mapping) else obj
+    return all(isinstance(child, int | float | str) for child in children)
+
+
 def _flatten(iterables: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The loaders of a collection (dicts, lists and tuples, nested), and how to put values back in its shape."""
+    if _is_leaf(iterables):
+        return [iterables], lambda values: values[0]
     if isinstance(iterables, Mapping):
         keys = list(iterables)
         parts = [_flatten(iterables[k]) for k in keys]
@@ -227,6 +238,8 @@ class ShapedLoaders(list[Any]):
 def shaped(given: Any) -> ShapedLoaders:
     """``given`` (a loader, or a dict, list or tuple of them: one level, as a list of batches is one loader) as a
     ``ShapedLoaders``."""
+    if _is_leaf(given):
+        return ShapedLoaders([given], lambda values: values[0])
     if isinstance(given, Mapping):
         keys = list(given)
         return ShapedLoaders(given.values(), lambda values: dict(zip(keys, values)))
