@@ -29,6 +29,7 @@ MODULES = {
     # where Lightning defines its top-level names: LightningModule in core, Trainer in trainer
     "lightning.pytorch.core": "trainer",
     "lightning.pytorch.core.module": "trainer.module",
+    "lightning.pytorch.core.optimizer": "trainer.optim",
     "lightning.pytorch.core.datamodule": "trainer.datamodule",
     "lightning.pytorch.core.saving": "trainer.saving",
     "lightning.pytorch.demos": "trainer.demos",

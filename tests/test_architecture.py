@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         ["trainer.claims", "trainer.checkpoint", "trainer.supervise", "trainer.metric_log", "trainer.loggers"],
     ),
     ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
-    ("the user's code", ["trainer.module", "trainer.datamodule"]),
+    ("the user's code", ["trainer.module", "trainer.datamodule", "trainer.export"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
     # The tuner's searches run from callbacks' hooks (BatchSizeFinder, LearningRateFinder), on Trainers they build
     # from the type of the one they are handed: they never import the Trainer or the loops.

@@ -170,8 +170,7 @@ def _sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
 @pytest.mark.parametrize(
     ("returned", "error", "pattern"),
     [
-        ("adam", TypeError, r"configure_optimizers\(\) returned str; expected an optimizer"),
-        (None, TypeError, r"configure_optimizers\(\) returned NoneType; expected an optimizer"),
+        ("adam", TypeError, r"Unknown configuration for model optimizers: configure_optimizers\(\) returned str"),
         ([], TypeError, r"gave no optimizer where optimizers belong"),
         (lambda m: [_sgd(m), "sgd"], TypeError, r"gave \['str'\] where optimizers belong"),
         (
@@ -185,7 +184,7 @@ def _sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
                 "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "interval": "batch"},
             },
             ValueError,
-            r"interval='batch': choose 'epoch' or 'step'",
+            r'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "batch"',
         ),
         (
             lambda m: {
@@ -193,15 +192,15 @@ def _sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
                 "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "frequency": 0},
             },
             ValueError,
-            r"frequency=0 must be >= 1",
+            r"frequency=0 must be an int >= 1",
         ),
         (
             lambda m: {"optimizer": _sgd(m), "lr_scheduler": {"interval": "step"}},
             ValueError,
-            r"needs a 'scheduler' key; got keys \['interval'\]",
+            r"must have the key \"scheduler\".*; got keys \['interval'\]",
         ),
-        (lambda m: ([_sgd(m)], ["not a scheduler"]), TypeError, r"got str where an LR scheduler"),
-        (lambda m: ([_sgd(m)], [_sgd(m)]), TypeError, r"got SGD where an LR scheduler"),
+        (lambda m: ([_sgd(m)], ["not a scheduler"]), TypeError, r"lr scheduler `str` is invalid. It should have"),
+        (lambda m: ([_sgd(m)], [_sgd(m)]), TypeError, r"lr scheduler `SGD` is invalid: it is an optimizer"),
     ],
 )
 def test_bad_configure_optimizers_is_explained(

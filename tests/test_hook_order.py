@@ -75,7 +75,6 @@ MODULE_HOOKS = [
     "on_predict_batch_end",
     "on_predict_epoch_end",
     "on_predict_end",
-    "on_predict_model_train",
 ]
 CALLBACK_HOOKS = [
     "setup",
@@ -228,8 +227,7 @@ def evaluation(stage: str, batches: int, model_eval: str) -> list[str]:
         f"Callback.on_{stage}_epoch_end",
         f"on_{stage}_epoch_end",
         f"Callback.on_{stage}_end",
-        f"on_{stage}_end",
-        f"on_{model_eval}_model_train",
+        f"on_{stage}_end",  # then each submodule's own mode: Hooked only wraps on_<stage>_model_train, as Lightning's
     ]
 
 

@@ -106,7 +106,7 @@ def test_none_takes_the_default_as_in_lightning() -> None:
     fit = trainer.Trainer(
         num_sanity_val_steps=None, log_every_n_steps=None, gradient_clip_algorithm=None, default_root_dir=None
     )
-    assert (fit.num_sanity_val_steps, fit.log_every_n_steps, fit.gradient_clip_algorithm) == (2, 50, "norm")
+    assert (fit.num_sanity_val_steps, fit.log_every_n_steps, fit.gradient_clip_algorithm) == (2, 50, None)
     assert fit.default_root_dir == os.getcwd()
     assert trainer.Trainer(num_sanity_val_steps=-1).num_sanity_val_steps == float("inf")
 

@@ -176,7 +176,7 @@ def test_logger_false_and_prog_bar(tmp_path: Path, without_tensorboard: None) ->
 def test_log_outside_a_trainer_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match=r"self\.log\('loss', \.\.\.\) needs a running Trainer"):
         Regressor().log("loss", 1.0)
-    with pytest.raises(RuntimeError, match=r"Regressor is not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match=r"Regressor is not attached to a `Trainer`"):
         _ = Regressor().trainer
 
 

@@ -234,5 +234,5 @@ def test_prepare_data_per_node_false_runs_on_global_rank_zero_only(per_node: boo
             calls.append("module")
 
     second_node = SimpleNamespace(local_rank=0, is_global_zero=False, barrier=lambda: calls.append("barrier"))
-    _prepare_data(SimpleNamespace(strategy=second_node), Model(), Data())  # type: ignore[arg-type]
+    _prepare_data(SimpleNamespace(strategy=second_node, profiler=None), Model(), Data())  # type: ignore[arg-type]
     assert calls == ["datamodule", "module"] * calls_on_second_node + ["barrier"]

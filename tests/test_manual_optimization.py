@@ -70,7 +70,7 @@ def test_flags_that_cannot_apply_in_manual_mode_are_refused_before_any_step(
 
 def test_optimizers_and_schedulers_outside_fit_are_a_clear_error() -> None:
     module = GAN()
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         module.optimizers()
 
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import types
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence, Sized
+from pathlib import Path
+from typing import Any, Self
 
 import trainer.hparams as hparams_lib
 from trainer.hparams import AttributeDict, HParams
+
+_LOADERS = (
+    ("Train dataloader", "train_dataloader"),
+    ("Validation dataloader", "val_dataloader"),
+    ("Test dataloader", "test_dataloader"),
+    ("Predict dataloader", "predict_dataloader"),
+)
 
 
 class DataModule:
@@ -17,6 +27,12 @@ class DataModule:
     "validate", "test" or "predict". The batch-transfer hooks, where overridden, win over the
     module's.
     """
+
+    trainer: Any = None  # the Trainer running it, from the first stage on
+    name: str | None = None
+
+    def __init__(self) -> None:
+        self.trainer = None
 
     def save_hyperparameters(
         self,
@@ -84,3 +100,88 @@ class DataModule:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass
+
+    # ---- Lightning's constructors and loading ------------------------------------------------------------------
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule whose loaders serve these datasets (or collections of them): shuffled for training,
+        ``batch_size`` and ``num_workers`` each, also passed to ``__init__`` where it takes them."""
+        params = inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        given = {"batch_size": batch_size, "num_workers": num_workers}
+        extra = {k: v for k, v in given.items() if takes_any or k in params}
+        datamodule = cls(**datamodule_kwargs, **extra)
+        for method, dataset in zip(
+            ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader"),
+            (train_dataset, val_dataset, test_dataset, predict_dataset),
+        ):
+            if dataset is not None:
+                shuffle = method == "train_dataloader"
+                setattr(datamodule, method, _loaders_of(dataset, batch_size, num_workers, shuffle))
+        return datamodule
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        trusted_classes: tuple[type, ...] = (),
+        **kwargs: Any,
+    ) -> Self:
+        """This DataModule rebuilt from a checkpoint's ``datamodule_hyper_parameters`` (``kwargs`` win), with the
+        state its ``state_dict`` saved there, as Lightning's."""
+        from trainer.checkpoint.io import load_checkpoint
+
+        checkpoint = load_checkpoint(checkpoint_path, map_location or "cpu", trusted_classes)
+        saved = checkpoint.get("datamodule_hyper_parameters", {})
+        namespace = checkpoint.get("datamodule_hparams_type") == "Namespace"
+        name = checkpoint.get("datamodule_hparams_name")
+        init_kwargs, _ = hparams_lib.rebuild_kwargs(cls.__init__, saved, name, namespace)
+        datamodule = cls(**{**init_kwargs, **kwargs})
+        if cls.__qualname__ in checkpoint:
+            datamodule.load_state_dict(checkpoint[cls.__qualname__])
+        return datamodule
+
+    def __str__(self) -> str:
+        """Each loader's dataset size, as Lightning prints a DataModule: ``{Train dataloader: size=64}``, one line
+        per loader (None where it is not available yet)."""
+        return os.linesep.join(f"{{{title}: {_loader_info(self, method)}}}" for title, method in _LOADERS)
+
+
+def _loaders_of(dataset: Any, batch_size: int, num_workers: int, shuffle: bool) -> Callable[[], Any]:
+    """A ``*_dataloader`` method serving ``dataset`` (or each dataset of a collection) in a DataLoader."""
+    from lightning_utilities.core.apply_func import apply_to_collection
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    def loader(ds: Dataset[Any]) -> DataLoader[Any]:
+        mix = shuffle and not isinstance(ds, IterableDataset)
+        return DataLoader(ds, batch_size=batch_size, shuffle=mix, num_workers=num_workers, pin_memory=True)
+
+    return lambda: apply_to_collection(dataset, Dataset, loader)
+
+
+def _loader_info(datamodule: DataModule, method: str) -> str:
+    try:
+        loader = getattr(datamodule, method)()
+    except Exception:  # not defined, or its datasets are not set up yet
+        return "None"
+    if loader is None:
+        return "None"
+
+    def size(one: Any) -> str:
+        dataset = getattr(one, "dataset", None)
+        return str(len(dataset)) if isinstance(dataset, Sized) else "NA"
+
+    if hasattr(loader, "dataset"):
+        return f"size={size(loader)}"
+    loaders = list(loader.values()) if isinstance(loader, dict) else list(loader)
+    return " ; ".join(f"{i}. size={size(one)}" for i, one in enumerate(loaders, start=1))

@@ -14,6 +14,11 @@ class MisconfigurationTypeError(MisconfigurationException, TypeError):
     """A flag of the wrong type: caught as Lightning's ``MisconfigurationException`` and as Python's ``TypeError``."""
 
 
+class MisconfigurationRuntimeError(MisconfigurationException, RuntimeError):
+    """A module the Trainer cannot run as written, where Lightning raises ``RuntimeError`` (several optimizers in
+    automatic optimization): caught as either."""
+
+
 class SIGTERMException(SystemExit):
     """A SIGTERM ended fit: raised once ``interrupted.ckpt`` is saved (exit status 0), so a callback's
     ``on_exception`` can tell a termination from a failure."""

@@ -232,7 +232,7 @@ def apply_sync_batchnorm(strategy: Any, sync_batchnorm: bool) -> None:
 
 def check_choices(values: dict[str, Any]) -> None:
     """The flags that take one of a few names."""
-    if values["gradient_clip_algorithm"] not in CLIP:
+    if values["gradient_clip_algorithm"] not in (*CLIP, None):
         raise MisconfigurationException(
             f"`gradient_clip_algorithm` {values['gradient_clip_algorithm']} is invalid. Got gradient_clip_algorithm="
             f"{values['gradient_clip_algorithm']!r}: choose one of {', '.join(CLIP)}."

@@ -8,8 +8,12 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import types
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -35,6 +39,28 @@ class Module(nn.Module):
     can rebuild the module.
     """
 
+    # TorchScript compiles what forward reaches and would try these properties too: they are no part of a model
+    __jit_unused_properties__: list[str] = [  # TorchScript reads this name
+        "example_input_array",
+        "on_gpu",
+        "current_epoch",
+        "global_step",
+        "global_rank",
+        "local_rank",
+        "world_size",
+        "logger",
+        "loggers",
+        "automatic_optimization",
+        "trainer",
+        "fabric",
+        "strict_loading",
+        "device",
+        "dtype",
+        "hparams",
+        "hparams_initial",
+    ]
+    _scripting = False  # True while to_torchscript runs: ``trainer`` then reads None instead of raising
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:
@@ -45,14 +71,34 @@ class Module(nn.Module):
         object.__setattr__(self, "_trainer", None)
         object.__setattr__(self, "_automatic_optimization", True)
 
-    # ---- what users define (declared, not defined: the loops run only the steps a module has) -------
-    training_step: Callable[..., Any]
-    """``(batch, batch_idx)`` -> a loss tensor, ``{"loss": tensor, ...}``, or None (manual optimization)."""
-    validation_step: Callable[..., Any]
-    """``(batch, batch_idx[, dataloader_idx])``: one validation batch; log its metrics with ``self.log``."""
-    test_step: Callable[..., Any]
-    """``(batch, batch_idx[, dataloader_idx])``, as ``validation_step``, for ``Trainer.test``."""
-    # configure_optimizers() -> optimizer | [optimizers] | (optimizers, schedulers) | dict
+    # ---- what users define: the loops run only the steps and loader hooks a module overrides ----------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """``(batch, batch_idx)`` -> a loss tensor, ``{"loss": tensor, ...}``, or None (manual optimization)."""
+        raise MisconfigurationException("`training_step` must be implemented to be used with the Lightning Trainer")
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """``(batch, batch_idx[, dataloader_idx])``: one validation batch; log its metrics with ``self.log``.
+        Not overridden: fit does not validate."""
+        warnings.warn("`validation_step` must be implemented to be used with the Lightning Trainer", stacklevel=2)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """``(batch, batch_idx[, dataloader_idx])``, as ``validation_step``, for ``Trainer.test``."""
+        warnings.warn("`test_step` must be implemented to be used with the Lightning Trainer", stacklevel=2)
+
+    def train_dataloader(self) -> Any:
+        """The training loader, where ``fit`` is given none (nor a DataModule)."""
+        raise MisconfigurationException("`train_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def val_dataloader(self) -> Any:
+        raise MisconfigurationException("`val_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def test_dataloader(self) -> Any:
+        raise MisconfigurationException("`test_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def predict_dataloader(self) -> Any:
+        raise MisconfigurationException(
+            "`predict_dataloader` must be implemented to be used with the Lightning Trainer"
+        )
 
     def configure_optimizers(self) -> Any:
         raise NotImplementedError(
@@ -124,7 +170,7 @@ class Module(nn.Module):
     # ---- the module's mode around evaluation ---------------------------------------------------------
     def on_validation_model_zero_grad(self) -> None:
         """Before a validation inside fit: free the gradients (not inside an accumulation window)."""
-        self.zero_grad(set_to_none=True)
+        self.zero_grad()  # set_to_none, torch's default
 
     def on_validation_model_eval(self) -> None:
         self.trainer.model.eval()
@@ -140,9 +186,6 @@ class Module(nn.Module):
 
     def on_predict_model_eval(self) -> None:
         self.trainer.model.eval()
-
-    def on_predict_model_train(self) -> None:
-        self.trainer.model.train()
 
     # ---- overridable steps ---------------------------------------------------------------------------
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -177,7 +220,9 @@ class Module(nn.Module):
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         """Clip before each step; by default with the Trainer's ``gradient_clip_val``/``_algorithm``."""
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Step a scheduler when its interval and frequency say so (``metric`` for ReduceLROnPlateau)."""
@@ -223,12 +268,36 @@ class Module(nn.Module):
         self._optimization().clip_gradients(_unwrap(optimizer), gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``; the others are frozen."""
-        self._optimization().toggle(_unwrap(optimizer))
+        """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``: every other optimizer's are
+        frozen (so a GAN's generator step leaves no gradients on the discriminator)."""
+        optimizer = _unwrap(optimizer)
+        saved: dict[torch.Tensor, bool] = {}
+        for opt in self.trainer.optimizers:
+            for group in opt.param_groups:
+                for param in group["params"]:
+                    if param not in saved:
+                        saved[param] = param.requires_grad
+                        param.requires_grad = False
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.requires_grad = saved.get(param, param.requires_grad)
+        object.__setattr__(self, "_toggled", saved)
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
         """Give the parameters ``toggle_optimizer`` froze back their ``requires_grad``."""
-        self._optimization().untoggle()
+        saved = self.__dict__.get("_toggled", {})
+        for param, requires_grad in saved.items():
+            param.requires_grad = requires_grad
+        object.__setattr__(self, "_toggled", {})
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """``toggle_optimizer`` for the block, ``untoggle_optimizer`` after it (also when it raises)."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
 
     def _optimization(self) -> Any:
         optimization = self.trainer.fit_loop.optimization
@@ -272,13 +341,18 @@ class Module(nn.Module):
     @property
     def trainer(self) -> TrainerView:
         trainer = self.__dict__.get("_trainer")
-        if trainer is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call Trainer.fit(module) first.")
-        return trainer  # type: ignore[no-any-return]
+        if trainer is None and not Module._scripting:  # TorchScript reads every attribute (pytorch#67146)
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not attached to a `Trainer`: call Trainer.fit(module) first."
+            )
+        return trainer  # type: ignore[no-any-return,return-value]
 
     @trainer.setter
     def trainer(self, trainer: TrainerView | None) -> None:
-        """Lightning's ``model.trainer = trainer`` (a Trainer attaches itself when a stage starts)."""
+        """Attach (or with None detach) this module and every ``Module`` inside it, as Lightning's setter."""
+        for child in self.children():
+            if isinstance(child, Module):
+                child.trainer = trainer
         object.__setattr__(self, "_trainer", trainer)
 
     @property
@@ -288,6 +362,33 @@ class Module(nn.Module):
             return trainer.strategy.root_device  # type: ignore[no-any-return]
         param = next(self.parameters(), None)
         return param.device if param is not None else torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the module's floating-point weights (the default dtype if it has none)."""
+        for tensor in itertools.chain(self.parameters(), self.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        raise RuntimeError(f"Cannot set the dtype explicitly (to {value}). Please use module.to(new_dtype).")
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module is on a CUDA device."""
+        return self.device.type == "cuda"
+
+    @property
+    def strict_loading(self) -> bool:
+        """Whether loading a checkpoint's ``state_dict`` into this module requires every key to match (Lightning's
+        default True); set False for a module that leaves some weights out of its checkpoints."""
+        return self.__dict__.get("_strict_loading") in (None, True)
+
+    @strict_loading.setter
+    def strict_loading(self, value: bool) -> None:
+        object.__setattr__(self, "_strict_loading", value)
 
     @property
     def current_epoch(self) -> int:
@@ -448,26 +549,63 @@ class Module(nn.Module):
         for name, value in values.items():
             self.log(name, value, **kwargs)
 
+    # ---- export (trainer.export) ---------------------------------------------------------
+    def to_torchscript(
+        self,
+        file_path: str | Path | None = None,
+        method: str | None = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """This module scripted (``method="script"``) or traced (``"trace"``, on ``example_inputs`` or
+        ``example_input_array``) in eval mode, saved to ``file_path`` if given; its own mode is kept."""
+        from trainer.export import to_torchscript
+
+        return to_torchscript(self, file_path, method, example_inputs, **kwargs)
+
+    def to_onnx(self, file_path: str | Path | BytesIO | None = None, input_sample: Any = None, **kwargs: Any) -> Any:
+        """``torch.onnx.export`` on ``input_sample`` (default ``example_input_array``); kwargs go to it."""
+        from trainer.export import to_onnx
+
+        return to_onnx(self, file_path, input_sample, **kwargs)
+
+    def to_tensorrt(
+        self,
+        file_path: str | Path | BytesIO | None = None,
+        input_sample: Any = None,
+        ir: str = "default",
+        output_format: str = "exported_program",
+        retrace: bool = False,
+        default_device: str | torch.device = "cuda",
+        **compile_kwargs: Any,
+    ) -> Any:
+        """``torch_tensorrt.compile`` of this module on a CUDA device, saved to ``file_path`` if given."""
+        from trainer.export import to_tensorrt
+
+        return to_tensorrt(self, file_path, input_sample, ir, output_format, retrace, default_device, **compile_kwargs)
+
     # ---- checkpoints ---------------------------------------------------------------------
     @classmethod
     def load_from_checkpoint(
         cls,
         path: str | Path,
-        map_location: str | torch.device = "cpu",
-        strict: bool = True,
+        map_location: Any = None,
+        strict: bool | None = None,
         trusted_classes: tuple[type, ...] = (),
         **overrides: Any,
     ) -> Self:
         """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
 
         As in Lightning, saved values ``__init__`` does not take are dropped (unless it takes
-        ``**kwargs``). Values that were not plain are not in the checkpoint: pass them here. The file
-        is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A sharded
-        checkpoint directory (``strategy="fsdp"``) loads too, on one process.
+        ``**kwargs``); ``configure_model`` (where overridden) and ``on_load_checkpoint`` run before the weights
+        load; ``map_location=None`` keeps the weights on the device they were saved from where it exists (else the
+        CPU); ``strict=None`` follows ``strict_loading``. Values that were not plain are not in the checkpoint: pass
+        them here. The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A
+        sharded checkpoint directory (``strategy="fsdp"``) loads too, on one process.
         """
         from trainer.checkpoint.rebuild import rebuild_module
 
-        return rebuild_module(cls, path, map_location, strict, trusted_classes, overrides)
+        return rebuild_module(cls, path, map_location, strict, trusted_classes, overrides, _before_weights)
 
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""
@@ -477,3 +615,23 @@ class Module(nn.Module):
 def _unwrap(optimizer: Any) -> torch.optim.Optimizer:
     """The torch optimizer inside what ``self.optimizers()`` returned."""
     return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
+
+
+def written(module: Any, name: str) -> bool:
+    """Whether the user wrote the step or loader hook ``name`` (``validation_step``, ``val_dataloader``, ...):
+    ``Module``'s defaults are there only to say it was not, and the loops then skip what needs it."""
+    from trainer.overrides import overrides
+
+    if isinstance(module, Module):
+        return overrides(module, name, Module)
+    return callable(getattr(module, name, None))
+
+
+def _before_weights(module: Module, checkpoint: dict[str, Any]) -> None:
+    """Lightning's order in ``load_from_checkpoint``: layers built in ``configure_model`` exist, then
+    ``on_load_checkpoint`` sees the checkpoint, then the weights load."""
+    from trainer.overrides import overrides
+
+    if overrides(module, "configure_model", Module):
+        module.configure_model()
+    module.on_load_checkpoint(checkpoint)

@@ -110,7 +110,7 @@ class Trainer:
             min_steps: train at least this many optimizer steps, even if early stopping asks to stop.
             accumulate_grad_batches: micro-batches whose gradients are summed before a step.
             gradient_clip_val: clip gradients to this norm or value (None: no clipping).
-            gradient_clip_algorithm: "norm" (None: the default) or "value".
+            gradient_clip_algorithm: "norm" or "value" (None, kept as given as in Lightning: clip by norm).
             val_check_interval: validate every N training batches (int), this fraction of an epoch (float; default
                 1.0: at the epoch end), or once this much time passed ("DD:HH:MM:SS", a timedelta or a dict such as
                 {"minutes": 30}). With check_val_every_n_epoch=None an int counts across epochs.
@@ -159,7 +159,6 @@ class Trainer:
         """
         num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
         log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
-        gradient_clip_algorithm = "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
@@ -479,10 +478,12 @@ class Trainer:
     @property
     def enable_validation(self) -> bool:
         """Whether fit validates: a ``validation_step``, validation data and ``limit_val_batches`` above 0."""
+        from trainer.module import written
+
         module = self._module
         return (
             module is not None
-            and callable(getattr(module, "validation_step", None))
+            and written(module, "validation_step")
             and bool(self.fit_loop.val_loop.loaders)
             and self.limits["validation"] != 0
         )
@@ -562,7 +563,9 @@ class Trainer:
     # ---- what the loops ask of the Trainer ------------------------------------------------------
     def attach(self, module: Module, datamodule: Any, fn: str) -> None:
         """A stage starts: the module knows its Trainer, and the Trainer its module and data."""
-        object.__setattr__(module, "_trainer", self)
+        module.trainer = self  # type: ignore[assignment]
+        if datamodule is not None:
+            datamodule.trainer = self
         self._module = module
         self._datamodule = datamodule
         self.should_stop = False

@@ -1,4 +1,4 @@
-"""LambdaCallback as in Lightning's docs."""
+"""LambdaCallback as in Lightning's docs (setup gets `stage=` by keyword, as Lightning passes it)."""
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
@@ -24,7 +24,7 @@ if __name__ == "__main__":
     data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
     epochs = []
     callback = LambdaCallback(
-        setup=lambda *args: print("setup"),
+        setup=lambda trainer, pl_module, stage: print("setup", stage),
         on_train_epoch_end=lambda trainer, pl_module: epochs.append(trainer.current_epoch),
     )
     trainer = Trainer(max_epochs=3, callbacks=[callback])

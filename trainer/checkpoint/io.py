@@ -378,8 +378,10 @@ def load_weights(
             f"Missing from checkpoint ({len(missing)}): {_first_few(missing)}. "
             f"Unexpected in checkpoint ({len(unexpected)}): {_first_few(unexpected)}."
         )
-    result = target.load_state_dict(weights, strict=False)
-    return list(result.missing_keys), list(result.unexpected_keys)
+    result = target.load_state_dict(weights, strict=strict)  # strict here only when nothing is missing or extra
+    if isinstance(result, tuple):  # torch's (missing, unexpected); an override may return nothing
+        return list(result[0]), list(result[1])
+    return missing, unexpected
 
 
 def _check_shapes(weights: Mapping[str, Any], own: Mapping[str, Any], where: str) -> None:

@@ -164,13 +164,20 @@ class _DataModule:
 
     def __init__(self, trainer: TrainerView) -> None:
         self.datamodule = getattr(trainer, "datamodule", None)
+        self.profiler = trainer.profiler
 
     def state_dict(self) -> dict[str, Any]:
-        return self.datamodule.state_dict() if self.datamodule is not None else {}
+        return self._hook("state_dict")() if self.datamodule is not None else {}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state and self.datamodule is not None:
-            self.datamodule.load_state_dict(state)
+            self._hook("load_state_dict")(state)
+
+    def _hook(self, name: str) -> Any:
+        """Profiled as Lightning names a DataModule's hooks."""
+        hook = getattr(self.datamodule, name)
+        action = f"[LightningDataModule]{type(self.datamodule).__name__}.{name}"
+        return hook if self.profiler is None else self.profiler.timed(action, hook)
 
 
 @dataclass(frozen=True)

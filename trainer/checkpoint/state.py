@@ -53,7 +53,7 @@ class Checkpoint(TypedDict, total=False):
 
 _WRITTEN = (
     "optimizers", "optimizer_kinds", "schedulers", "precision", "progress", "data", "ranks", "metrics", "callbacks",
-    "loggers",
+    "loggers", "datamodule",
 )  # fmt: skip
 
 
@@ -86,6 +86,9 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
     checkpoint["callbacks"] = parts["callbacks"]
     checkpoint["loggers"] = parts["loggers"]
     checkpoint["config"] = trainer.config
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and parts["datamodule"]:  # Lightning's key: the DataModule's class name
+        checkpoint[type(datamodule).__qualname__] = parts["datamodule"]  # type: ignore[literal-required]
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, module, checkpoint)  # type: ignore[arg-type]
     module.on_save_checkpoint(checkpoint)  # type: ignore[arg-type]
@@ -153,6 +156,7 @@ def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitt
         "loggers": checkpoint.get("loggers", []),
         "optimizers": checkpoint["optimizer_states"],
         "schedulers": checkpoint["lr_schedulers"],
+        "datamodule": checkpoint.get(type(getattr(trainer, "datamodule", None)).__qualname__),
     }
 
 

@@ -63,7 +63,7 @@ def _then(hook: Callable[[Any, int], Any] | None, convert: Callable[[Any], Any])
 
 def _hook(trainer: TrainerView, name: str) -> Callable[..., Any] | None:
     datamodule = trainer.datamodule
-    if datamodule is not None and overrides(datamodule, name, DataModule):
+    if datamodule is not None and overrides(datamodule, name, DataModule, through_wrappers=True):
         return getattr(datamodule, name)  # type: ignore[no-any-return]
     module = trainer.lightning_module
     return getattr(module, name) if overrides(module, name, Module) else None

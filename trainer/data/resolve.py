@@ -87,15 +87,17 @@ def _is_loader_list(obj: Any) -> bool:
 def validates(module: Any) -> bool:
     """Whether fit validates: only a module with a ``validation_step`` does (Lightning skips the loop, and the
     sanity check, otherwise, and never asks for the validation loaders)."""
-    return callable(getattr(module, "validation_step", None))
+    from trainer.module import written
+
+    return written(module, "validation_step")
 
 
 def _defines_val_loader(source: Any) -> bool:
     """Lightning's test: ``val_dataloader`` overridden (a DataModule's default returns None)."""
     from trainer.datamodule import DataModule
+    from trainer.module import written
 
-    hook = getattr(source, "val_dataloader", None)
-    if not callable(hook):
+    if not written(source, "val_dataloader"):
         return False
     return not isinstance(source, DataModule) or type(source).val_dataloader is not DataModule.val_dataloader
 
@@ -159,9 +161,11 @@ def resolve_loaders(
     or the module's ``<stage>_dataloader()``; each checked."""
     if is_datamodule(given):
         datamodule, given = given, None
+    from trainer.module import written
+
     name = {"validation": "val", "validate": "val"}.get(stage, stage)
     source = _source(module, datamodule)
-    if given is None and callable(getattr(source, f"{name}_dataloader", None)):
+    if given is None and written(source, f"{name}_dataloader"):
         given = getattr(source, f"{name}_dataloader")()
     loaders = _as_list(given, stage)
     if not loaders:
@@ -194,9 +198,11 @@ class LoaderSource:
         return validates(self.module) and (self.val is not None or _defines_val_loader(source))
 
     def request_train(self) -> Any:
+        from trainer.module import written
+
         source = _source(self.module, self.datamodule)
         train = self.train
-        if train is None and callable(getattr(source, "train_dataloader", None)):
+        if train is None and written(source, "train_dataloader"):
             train = source.train_dataloader()
         train = _training_loader(train)
         _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training")

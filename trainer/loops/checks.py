@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.exceptions import MisconfigurationException
+from trainer.exceptions import MisconfigurationException, MisconfigurationRuntimeError
 from trainer.user_warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
@@ -70,9 +70,9 @@ def check_uncalled_hooks(module: Module, callbacks: list[Any]) -> None:
 
 def check_fit(trainer: TrainerView, module: Module) -> None:
     """What fit needs from the module, and flags that cannot apply to how it optimizes."""
-    from trainer.module import Module
+    from trainer.module import Module, written
 
-    if not callable(getattr(module, "training_step", None)):
+    if not written(module, "training_step"):
         raise AttributeError(f"{type(module).__name__} must define training_step(batch, batch_idx).")
     if getattr(type(module), "configure_optimizers", None) is Module.configure_optimizers and (
         "configure_optimizers" not in vars(module)
@@ -95,12 +95,23 @@ def check_fit(trainer: TrainerView, module: Module) -> None:
 
 
 def check_optimizers(module: Module, optimizers: list[Any]) -> None:
+    """Automatic optimization steps one optimizer on one loss: Lightning's ``RuntimeError`` for more, or for a
+    Lightning 1.x ``training_step(batch, batch_idx, optimizer_idx)``."""
+    import inspect
+
+    if "optimizer_idx" in inspect.signature(module.training_step).parameters:
+        raise MisconfigurationRuntimeError(
+            "Training with multiple optimizers is only supported with manual optimization. Remove the "
+            "`optimizer_idx` argument from `training_step`, set `self.automatic_optimization = False` and access "
+            "your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
+        )
     if module.automatic_optimization and len(optimizers) > 1:
-        raise MisconfigurationException(
-            f"configure_optimizers() returned {len(optimizers)} optimizers, but automatic optimization steps one on "
-            "the loss training_step returns (both would step on the same loss). Set "
-            "self.automatic_optimization = False in __init__ and step each optimizer in training_step "
-            "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step(); ...)."
+        raise MisconfigurationRuntimeError(
+            "Training with multiple optimizers is only supported with manual optimization: configure_optimizers() "
+            f"returned {len(optimizers)} optimizers, but automatic optimization steps one on the loss training_step "
+            "returns (both would step on the same loss). Set self.automatic_optimization = False in __init__ and "
+            "step each optimizer in training_step (opt_a, opt_b = self.optimizers(); self.manual_backward(loss); "
+            "opt_a.step(); ...)."
         )
 
 

@@ -8,8 +8,8 @@ draws the DataLoader's base seed from the default generator), and the draws stay
 Hooks in Lightning's order: ``on_<stage>_model_eval``, ``on_<stage>_start``,
 ``on_<stage>_epoch_start``, per batch the transfer hooks, ``on_<stage>_batch_start``, the step and
 ``on_<stage>_batch_end``, then ``on_<stage>_epoch_end``, the epoch's metrics, ``on_<stage>_end``; then each
-submodule's mode as it was before (or ``on_<stage>_model_train`` where the module overrides it). Several loaders
-run one after the other; the step gets ``dataloader_idx`` and each loader's metrics are kept apart
+submodule's mode as it was before (or ``on_<stage>_model_train`` where the module overrides it, but for predict).
+Several loaders run one after the other; the step gets ``dataloader_idx`` and each loader's metrics are kept apart
 (``name/dataloader_idx_<i>``).
 """
 
@@ -164,12 +164,14 @@ class EvaluationLoop:
 
 def _restore_modes(module: Module, stage: EvalStage, modes: dict[str, bool]) -> None:
     """Lightning's end of an evaluation: each submodule back in the mode it had (a frozen one stays in eval), unless
-    the module overrides ``on_<stage>_model_train``, which then decides."""
+    the module overrides ``on_validation_model_train``/``on_test_model_train``, which then decides (predict has no
+    such hook in Lightning)."""
     from trainer.module import Module
+    from trainer.overrides import overrides
 
-    hook = getattr(module, f"on_{stage}_model_train")
-    if getattr(hook, "__func__", None) is not getattr(Module, f"on_{stage}_model_train"):  # overridden, or set
-        hook()
+    name = f"on_{stage}_model_train"
+    if stage != "predict" and overrides(module, name, Module, through_wrappers=True):  # a wrapper is what it wraps
+        getattr(module, name)()
         return
     for name, sub in module.named_modules():
         if name in modes:

@@ -28,7 +28,6 @@ from trainer.exceptions import MisconfigurationException
 from trainer.flags import max_epochs_limit
 from trainer.loops.checks import (
     check_fit,
-    check_optimizers,
     check_output_folders,
     warn_eval_modules,
     warn_logging_gap,
@@ -37,7 +36,7 @@ from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit_validation import FitValidation
 from trainer.loops.hparams_log import log_hyperparams
 from trainer.loops.lifecycle import running
-from trainer.loops.optimization import Optimization
+from trainer.loops.optimization import Optimization, configure_optimizers
 from trainer.loops.progress import Progress
 from trainer.loops.rank_state import load_rank_state, rank_state
 from trainer.loops.step import TrainingStep, read_window
@@ -96,6 +95,10 @@ class FitLoop:
             self._setup(module, train, val, datamodule, ckpt_path)
             hooks.call(trainer, "on_fit_start")
             self._restore_optimizers()
+            if not (
+                self.resumed and self.step is not None and self.step.window.is_open_after(self.progress.batches_done)
+            ):
+                module.zero_grad()  # Lightning's, as each stage starts; a window a checkpoint left open keeps its own
             if not self.resumed:
                 self.validation.sanity_check()
                 self.data.start_first_epoch()
@@ -127,7 +130,6 @@ class FitLoop:
         from trainer.checkpoint.elastic import fit_checkpoint_path
         from trainer.checkpoint.restore import Phase
         from trainer.checkpoint.state import open_checkpoint
-        from trainer.optim import parse_optimizers
 
         trainer = self.trainer
         strategy = trainer.strategy
@@ -146,8 +148,7 @@ class FitLoop:
             restore.load(Phase.MODULE)
         trainer.precision.convert_module(module)
         strategy.setup_module(module)
-        optimizers, schedulers = parse_optimizers(module.configure_optimizers())
-        check_optimizers(module, optimizers)
+        optimizers, schedulers = configure_optimizers(module)
         self.optimization = Optimization(trainer, optimizers, schedulers)
         self.step = TrainingStep(trainer, self.progress, self.optimization)
         self.captured = None

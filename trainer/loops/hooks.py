@@ -27,12 +27,22 @@ def is_monitoring(callback: Callback) -> bool:
     return bool(getattr(callback, "monitors_metrics", False))
 
 
-def call(trainer: TrainerView, name: str, *args: Any, callbacks: Sequence[Callback] | None = None) -> Any:
-    """``name`` on every callback (``callbacks``, default all), then on the module; returns the module's result."""
+def call(
+    trainer: TrainerView, name: str, *args: Any, callbacks: Sequence[Callback] | None = None, **kwargs: Any
+) -> Any:
+    """``name`` on every callback (``callbacks``, default all), then on the module; returns the module's result.
+    Arguments go as given: Lightning passes ``stage=`` by keyword to ``setup``/``teardown``."""
     module = trainer.lightning_module
     for cb in trainer.callbacks if callbacks is None else callbacks:
-        _callback_hook(trainer, cb, name)(trainer, module, *args)
-    return _module_hook(trainer, name)(*args)
+        _callback_hook(trainer, cb, name)(trainer, module, *args, **kwargs)
+    return _module_hook(trainer, name)(*args, **kwargs)
+
+
+def call_datamodule(trainer: TrainerView, datamodule: Any, name: str, **kwargs: Any) -> None:
+    """A DataModule's hook (where it has it), profiled under Lightning's name: [LightningDataModule]<class>.<hook>."""
+    hook = getattr(datamodule, name, None)
+    if datamodule is not None and callable(hook):
+        _profiled(trainer, f"[LightningDataModule]{type(datamodule).__name__}.{name}", hook)(**kwargs)
 
 
 def call_callbacks(trainer: TrainerView, name: str, *args: Any) -> None:

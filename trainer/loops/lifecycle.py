@@ -69,9 +69,8 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
     check_uncalled_hooks(module, list(trainer.callbacks))
     _prepare_data(trainer, module, datamodule)
     share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
-    if datamodule is not None:
-        datamodule.setup(fn)
-    hooks.call(trainer, "setup", fn)
+    hooks.call_datamodule(trainer, datamodule, "setup", stage=fn)
+    hooks.call(trainer, "setup", stage=fn)
     if trainer.profiler is not None:
         rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
         trainer.profiler.setup(fn, rank, trainer.log_dir)
@@ -95,9 +94,8 @@ def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> N
     strategy = trainer.strategy
     _report_profile(trainer, fn)
     trainer.release(interrupted=status != "success")
-    hooks.call(trainer, "teardown", fn)
-    if datamodule is not None and callable(getattr(datamodule, "teardown", None)):
-        datamodule.teardown(fn)
+    hooks.call(trainer, "teardown", stage=fn)
+    hooks.call_datamodule(trainer, datamodule, "teardown", stage=fn)
     if trainer.is_global_zero:
         for lg in trainer.loggers:
             lg.finalize(status)
@@ -144,6 +142,8 @@ def _prepare_data(trainer: TrainerView, module: Module, datamodule: Any) -> None
         if owner is None or not callable(getattr(owner, "prepare_data", None)):
             continue
         zero = strategy.local_rank == 0 if getattr(owner, "prepare_data_per_node", True) else strategy.is_global_zero
-        if zero:
+        if zero and owner is datamodule:
+            hooks.call_datamodule(trainer, datamodule, "prepare_data")
+        elif zero:
             owner.prepare_data()
     strategy.barrier()

@@ -1,7 +1,7 @@
 """A fit's optimizers and schedulers, and what the module calls on them: backward with its hooks,
-clipping, toggling, scheduler steps.
+clipping, scheduler steps.
 
-``self.optimizers()`` returns ``StepOptimizer`` wrappers (Lightning's ``LightningOptimizer``): their
+``self.optimizers()`` returns ``LightningOptimizer`` wrappers (``trainer.optim``): their
 ``step()`` is the training step's (``trainer.loops.step``: the precision's step, ``on_before_optimizer_step``,
 and in manual optimization the global step). In manual optimization the gradients are the global
 batch's already when ``manual_backward`` returns (the strategy's ``manual_backward_sync``), so
@@ -11,6 +11,7 @@ batch's already when ``manual_backward`` returns (the strategy's ``manual_backwa
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,44 +19,30 @@ import torch
 
 import trainer.loops.hooks as hooks
 from trainer.exceptions import MisconfigurationException
+from trainer.loops.checks import check_optimizers
+from trainer.optim import GradClipAlgorithmType, LightningOptimizer
+from trainer.overrides import overrides
 
 if TYPE_CHECKING:
+    from trainer.module import Module
     from trainer.optim import SchedulerConfig
     from trainer.view import TrainerView
 
-CLIP_ALGORITHMS = ("norm", "value")
+CLIP_ALGORITHMS = GradClipAlgorithmType.supported_types()
 
 
 OptimizerStep = Callable[..., Any]  # (optimizer, closure=None, **kwargs) -> the optimizer's result
 
 
-class StepOptimizer:
-    """A torch optimizer whose ``step``/``zero_grad`` run through the Trainer (see the module docstring).
+def configure_optimizers(module: Module) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+    """``configure_optimizers``, parsed and checked by Lightning's rules (``trainer.optim``)."""
+    from trainer.module import Module
+    from trainer.optim import parse_optimizers
 
-    Everything else (``param_groups``, ``state``, ``state_dict``) is the wrapped optimizer's.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, step: OptimizerStep) -> None:
-        self._optimizer = optimizer
-        self._step = step
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        return self._optimizer
-
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        return self._step(self._optimizer, closure, **kwargs)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self._optimizer.zero_grad(set_to_none=set_to_none)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._optimizer, name)
-
-    def __repr__(self) -> str:
-        return f"StepOptimizer({self._optimizer!r})"
+    custom_step = overrides(module, "lr_scheduler_step", Module)
+    optimizers, configs = parse_optimizers(module.configure_optimizers(), module.automatic_optimization, custom_step)
+    check_optimizers(module, optimizers)
+    return optimizers, configs
 
 
 class Optimization:
@@ -67,13 +54,15 @@ class Optimization:
         self.trainer = trainer
         self.optimizers = optimizers
         self.lr_scheduler_configs = schedulers
-        self.wrapped: list[StepOptimizer] = []  # see wrap
+        self.wrapped: list[LightningOptimizer] = []  # see wrap
         self.manual = not trainer.lightning_module.automatic_optimization
-        self.frozen: dict[int, tuple[torch.Tensor, bool]] = {}  # by id: a parameter ``toggle`` froze, its flag
 
     def wrap(self, step: OptimizerStep) -> None:
         """The optimizers as the module sees them: their ``step`` is the training step's ``step``."""
-        self.wrapped = [StepOptimizer(opt, step) for opt in self.optimizers]
+        module = self.trainer.lightning_module
+        self.wrapped = [LightningOptimizer(opt) for opt in self.optimizers]
+        for wrapped in self.wrapped:
+            wrapped.attach(step, module)
 
     # ---- backward ----------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -84,42 +73,23 @@ class Optimization:
         trainer = self.trainer
         hooks.call(trainer, "on_before_backward", loss)
         with trainer.strategy.manual_backward_sync() if self.manual else contextlib.nullcontext():
-            trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
+            trainer.strategy.backward(trainer.precision.scale_loss(loss), None, *args, **kwargs)
         hooks.call(trainer, "on_after_backward")
-
-    # ---- toggling (GANs: one optimizer's parameters train, the others' are frozen) --------------------
-    def toggle(self, optimizer: torch.optim.Optimizer) -> None:
-        """Freeze every parameter of the other optimizers that ``optimizer`` does not also hold."""
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        self.frozen = {}
-        for other in self.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) not in own and id(param) not in self.frozen:
-                        self.frozen[id(param)] = (param, param.requires_grad)
-                        param.requires_grad = False
-
-    def untoggle(self) -> None:
-        """Give the parameters ``toggle`` froze back their ``requires_grad``."""
-        for param, requires_grad in self.frozen.values():
-            param.requires_grad = requires_grad
-        self.frozen = {}
 
     # ---- clipping ------------------------------------------------------------------------------------
     def clip_gradients(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:
-        """Clip this optimizer's gradients at their true scale (the precision unscales first)."""
+        """Clip this optimizer's gradients at their true scale (the precision unscales first). None takes the
+        Trainer's ``gradient_clip_val``/``_algorithm``; a different value than the Trainer's is refused, as in
+        Lightning (which of the two would win is not clear)."""
+        trainer = self.trainer
+        value, algorithm = _clip_settings(trainer.gradient_clip_val, trainer.gradient_clip_algorithm, value, algorithm)
         if value is None:
             return
-        algorithm = algorithm or "norm"
-        if algorithm not in CLIP_ALGORITHMS:
-            raise MisconfigurationException(
-                f"gradient_clip_algorithm={algorithm!r}: choose one of {', '.join(CLIP_ALGORITHMS)}."
-            )
         if value <= 0:
             raise MisconfigurationException(f"gradient_clip_val={value!r} must be > 0.")
-        self.trainer.precision.unscale_(optimizer)
+        trainer.precision.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        self.trainer.strategy.clip_gradients(params, value, algorithm)
+        trainer.strategy.clip_gradients(params, value, algorithm)
 
     # ---- schedulers ----------------------------------------------------------------------------------
     def step_schedulers(self, interval: str, index: int, plateau: bool) -> None:
@@ -141,10 +111,43 @@ class Optimization:
         value = self.trainer.callback_metrics.get(config.monitor or "")
         if value is not None:
             return float(value)
+        available = sorted(self.trainer.callback_metrics)
         if not config.strict:
+            warnings.warn(
+                f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available but strict is set "
+                "to `False`. Skipping learning rate update.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
-        raise KeyError(
-            f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged: "
-            f"{sorted(self.trainer.callback_metrics) or 'nothing'}. Log it before the scheduler steps, or set "
-            "'strict': False in the lr_scheduler dict to skip the step while it is missing."
+        raise MisconfigurationException(
+            f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available metrics are: "
+            f"{available}. Condition can be set using `monitor` key in lr scheduler dict (log it with self.log before "
+            "the scheduler steps, or set 'strict': False to skip the step while it is missing)."
         )
+
+
+def _clip_settings(
+    trainer_value: float | None, trainer_algorithm: str | None, value: float | None, algorithm: str | None
+) -> tuple[float | None, str]:
+    """``clip_gradients``'s value and algorithm: the given ones, else the Trainer's; a conflict is an error."""
+    if value is None:
+        value = trainer_value
+    elif trainer_value is not None and trainer_value != value:
+        raise MisconfigurationException(
+            f"You have set `Trainer(gradient_clip_val={trainer_value!r})` and have passed "
+            f"`clip_gradients(gradient_clip_val={value!r})`. Please use only one of them."
+        )
+    if value is not None and not isinstance(value, int | float):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {value!r}.")
+    trainer_algorithm = str(trainer_algorithm or "norm")
+    if algorithm is None:
+        return value, trainer_algorithm
+    # Lightning also refuses an algorithm other than the Trainer's; here the Trainer's is "norm" when not given, so
+    # that check would refuse Lightning's documented clip_gradients(..., gradient_clip_algorithm="value") override.
+    algorithm = str(algorithm).lower()
+    if not GradClipAlgorithmType.supported_type(algorithm):
+        raise MisconfigurationException(
+            f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: {CLIP_ALGORITHMS}."
+        )
+    return value, algorithm

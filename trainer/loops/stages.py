@@ -29,7 +29,7 @@ def evaluate(
     """Every sample once across ranks; returns each loader's epoch metrics."""
     loop: EvaluationLoop = trainer.validate_loop if stage == "validation" else trainer.test_loop
     results = _run_evaluation(trainer, stage, loop, model, dataloaders, ckpt_path, datamodule, keep=False)
-    if verbose and trainer.is_global_zero:
+    if verbose and trainer.is_global_zero and results:
         print(_table(STAGE_NAMES[stage], results), flush=True)
     return results
 
@@ -62,6 +62,7 @@ def _run_evaluation(
     keep: bool,
 ) -> list[dict[str, float]]:
     from trainer.data.resolve import is_datamodule, resolve_loaders
+    from trainer.module import written
 
     fn = STAGE_NAMES[stage]
     if trainer.state.running_now:
@@ -77,7 +78,7 @@ def _run_evaluation(
         )
     check_module(module, fn)
     step = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
-    if not callable(getattr(module, step, None)):
+    if stage != "predict" and not written(module, step):  # predict_step's default runs forward
         raise AttributeError(f"{type(module).__name__} has no {step}(); define it to run {fn}.")
     if is_datamodule(dataloaders):
         datamodule, dataloaders = dataloaders, None
@@ -86,6 +87,9 @@ def _run_evaluation(
         ckpt_path = _best_of_previous_fit(trainer, fn)
     with running(trainer, module, fn, datamodule):
         module.configure_model()
+        module.zero_grad()  # Lightning's, as each stage starts
+        if stage != "predict" and trainer.limits[stage] == 0:
+            return []  # Lightning's: no loaders asked for, no hooks, no results
         strategy = trainer.strategy
         loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
         _load_weights(trainer, ckpt_path, fn)

@@ -9,7 +9,7 @@ window's last batch the unscale, ``on_before_optimizer_step``, clipping
 next window, not after the step, so ``on_train_batch_end`` still sees them. A module that overrides
 ``optimizer_step`` (or an LBFGS optimizer) gets Lightning's closure, which wraps only
 zero_grad/forward/backward. Manual optimization: ``training_step`` steps its optimizers through
-``StepOptimizer``, which comes to :meth:`TrainingStep.optimizer_step` and ends in the same after-step.
+``LightningOptimizer``, which comes to :meth:`TrainingStep.optimizer_step` and ends in the same after-step.
 
 What is decided once per epoch (the window, which hooks are overridden, clipping, schedulers, the
 non-finite mode) is resolved in :meth:`TrainingStep.start_epoch`; hooks nobody overrides are left
@@ -146,7 +146,7 @@ class TrainingStep:
         self.schedules = self.automatic and bool(self.optimization.lr_scheduler_configs)
         self.prepares = bool(self.unscales or self.before_step_hooks or self.clips)  # _before_step does something
         self.updates = overrides(precision, "update", Precision)
-        self._after = self.after_step()  # the manual path's, which each StepOptimizer.step ends in
+        self._after = self.after_step()  # the manual path's, which each LightningOptimizer.step ends in
 
     # ---- the step, composed per epoch ----------------------------------------------------------------------
     def batch_step(self, inner: InnerStep | None = None) -> BatchStep:
@@ -276,7 +276,9 @@ class TrainingStep:
         if self.clips:
             trainer = self.trainer
             trainer.lightning_module.configure_gradient_clipping(
-                optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+                optimizer,
+                gradient_clip_val=trainer.gradient_clip_val,
+                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
             )
 
     def _stepper(self, optimizer: torch.optim.Optimizer) -> Callable[..., Any]:
@@ -309,7 +311,7 @@ class TrainingStep:
 
         return inner
 
-    # ---- StepOptimizer.step: manual optimization, and the closure path's optimizer.step(closure) --------------
+    # ---- LightningOptimizer.step: manual optimization, and the closure path's optimizer.step(closure) --------------
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any
     ) -> Any:

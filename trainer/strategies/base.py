@@ -168,6 +168,13 @@ class Strategy(ABC):
         assert self.module is not None, "setup_module() must run before a step"
         return getattr(self.module, f"{stage}_step")  # type: ignore[no-any-return]
 
+    def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Lightning's ``Strategy.backward`` of manual optimization's ``manual_backward``: the module's ``backward``
+        hook on the loss (scaled by the precision already); ``optimizer`` is Lightning's argument, unused here."""
+        assert self.module is not None, "setup_module() must run before a backward"
+        self.module.backward(closure_loss, *args, **kwargs)  # type: ignore[operator]
+        return closure_loss
+
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Context for an accumulation micro-batch whose gradients need no sync yet."""
         return contextlib.nullcontext()

@@ -6,6 +6,7 @@ from typing import Any
 
 from trainer.hparams import AttributeDict
 from trainer.move import move_to_device as move_data_to_device
+from trainer.utilities.enums import GradClipAlgorithmType
 from trainer.utilities.grads import grad_norm
 from trainer.utilities.memory import garbage_collection_cuda, is_oom_error
 from trainer.utilities.rank_zero import (
@@ -18,7 +19,13 @@ from trainer.utilities.rank_zero import (
     rank_zero_warn,
 )
 from trainer.utilities.seed import isolate_rng
-from trainer.utilities.types import EVAL_DATALOADERS, STEP_OUTPUT, TRAIN_DATALOADERS, OptimizerLRScheduler
+from trainer.utilities.types import (
+    EVAL_DATALOADERS,
+    STEP_OUTPUT,
+    TRAIN_DATALOADERS,
+    LRSchedulerConfig,
+    OptimizerLRScheduler,
+)
 from trainer.utilities.warnings import PossibleUserWarning
 
 __all__ = [
@@ -27,6 +34,8 @@ __all__ = [
     "TRAIN_DATALOADERS",
     "AttributeDict",
     "CombinedLoader",
+    "GradClipAlgorithmType",
+    "LRSchedulerConfig",
     "OptimizerLRScheduler",
     "PossibleUserWarning",
     "WarningCache",

@@ -12,3 +12,5 @@ STEP_OUTPUT = torch.Tensor | Mapping[str, Any] | None
 OptimizerLRScheduler = Any
 TRAIN_DATALOADERS = Any  # a DataLoader, or any iterable of batches
 EVAL_DATALOADERS = Iterable[Any] | Sequence[Iterable[Any]]
+
+from trainer.optim import SchedulerConfig as LRSchedulerConfig  # noqa: E402, F401  (Lightning's name, the owner's class)
