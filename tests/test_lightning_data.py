@@ -1,0 +1,75 @@
+"""Lightning's data rules, as a port meets them (trainer/connectors/test_data_connector.py, loops/test_fetchers.py,
+trainer/test_dataloaders.py, trainer/flags/test_limit_batches.py and test_overfit_batches.py): what a combined loader
+counts as one loader, how a bad loader is named, what an unsized loader allows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tests.models import Regressor, loader, quiet, regression_data
+from trainer.utilities import CombinedLoader
+
+
+# ---- CombinedLoader: what is one loader -------------------------------------------------------------------
+def test_a_list_of_numbers_is_one_iterable_and_an_empty_list_one_empty_one() -> None:
+    assert len(CombinedLoader([1, 2, 3]).flattened) == 1
+    assert [batch for batch, _, _ in CombinedLoader([1, 2, 3])] == [1, 2, 3]
+    combined = CombinedLoader([[], [1, 2, 3]], "min_size")
+    iter(combined)
+    assert combined.flattened == [[], [1, 2, 3]] and len(combined) == 0
+    assert [b for b, _, _ in CombinedLoader({"a": [1, 2], "b": [3, 4]}, "min_size")] == [
+        {"a": 1, "b": 3},
+        {"a": 2, "b": 4},
+    ]
+
+
+# ---- a bad loader is named, with where it came from ---------------------------------------------------------
+class NoHooks(Regressor):
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize(
+    ("method", "argument"),
+    [("fit", "train_dataloaders"), ("validate", "dataloaders"), ("test", "dataloaders")],
+)
+def test_no_loader_anywhere_names_both_ways_to_give_one(tmp_path: Path, method: str, argument: str) -> None:
+    with pytest.raises(TypeError, match=rf"invalid dataloader was passed to `Trainer.{method}\({argument}=...\)`"):
+        getattr(quiet(tmp_path), method)(NoHooks())
+    with pytest.raises(ValueError, match=r"Either pass the dataloader to the `.\w+\(\)` method OR implement"):
+        getattr(quiet(tmp_path), method)(NoHooks())  # still a ValueError, as before
+
+
+@pytest.mark.parametrize("bad", [object(), [loader(regression_data(8)), 3]])
+def test_a_bad_loader_passed_or_returned_says_which(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(TypeError, match=r"invalid dataloader was passed to `Trainer.fit\(train_dataloaders=...\)`"):
+        quiet(tmp_path).fit(NoHooks(), bad)
+
+    class Returns(NoHooks):
+        def train_dataloader(self) -> Any:
+            return bad
+
+    with pytest.raises(TypeError, match=r"invalid dataloader was returned from `Returns.train_dataloader\(\)`"):
+        quiet(tmp_path).fit(Returns())
+
+
+def test_a_hook_returning_none_is_named(tmp_path: Path) -> None:
+    class Returns(NoHooks):
+        def test_dataloader(self) -> Any:
+            return None
+
+    with pytest.raises(TypeError, match=r"returned from `Returns.test_dataloader\(\)`. Found None"):
+        quiet(tmp_path).test(Returns())
+
+
+def test_a_list_of_batches_still_trains(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)) for _ in range(3)]
+    run = quiet(tmp_path, max_epochs=1)
+    run.fit(Regressor(), batches)
+    assert run.global_step == 3
