@@ -73,3 +73,38 @@ def test_a_list_of_batches_still_trains(tmp_path: Path) -> None:
     run = quiet(tmp_path, max_epochs=1)
     run.fit(Regressor(), batches)
     assert run.global_step == 3
+
+
+# ---- limits on loaders with no length, and lengths that may be wrong ----------------------------------------------
+class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Rows of the regression data, as a stream."""
+
+    def __init__(self, n: int = 32) -> None:
+        self.data = regression_data(n)
+
+    def __iter__(self) -> Any:
+        return iter(self.data)
+
+
+class SizedStream(Stream):
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@pytest.mark.parametrize(("stage", "flag"), [("fit", "limit_train_batches"), ("validate", "limit_val_batches")])
+def test_a_fraction_of_a_stream_is_refused_with_lightnings_words(tmp_path: Path, stage: str, flag: str) -> None:
+    stream = DataLoader(Stream(), batch_size=8)
+    with pytest.raises(ValueError, match=rf"When using an `IterableDataset`, `Trainer\({flag}\)` must be `1.0` or an"):
+        getattr(quiet(tmp_path, **{flag: 0.5}), stage)(Regressor(), stream)
+
+
+def test_a_fraction_that_leaves_no_batch_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"You requested to check 0.1 of the `val_dataloader` but 0.1 \* 2 < 1"):
+        quiet(tmp_path, limit_val_batches=0.1).validate(Regressor(), loader(regression_data(16)))
+
+
+def test_a_stream_with_a_length_warns_that_workers_may_make_it_wrong(tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match="Your `IterableDataset` has `__len__` defined"):
+        quiet(tmp_path).validate(Regressor(), DataLoader(SizedStream(), batch_size=8))
+    with pytest.warns(UserWarning, match="Your `IterableDataset` has `__len__` defined"):
+        quiet(tmp_path, max_epochs=1).fit(Regressor(), DataLoader(SizedStream(), batch_size=8))

@@ -22,7 +22,7 @@ import torch
 
 import trainer.data.position as position
 from trainer.data.combined import as_batches, map_loaders
-from trainer.data.loaders import num_batches, set_epoch, shut_down_workers
+from trainer.data.loaders import count_batches, num_batches, set_epoch, shut_down_workers
 from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
@@ -198,7 +198,7 @@ class TrainSource:
         self.raw_train = train_loader
         seeded = functools.partial(seed_samples, data_seed=self.data_seed, several_ranks=trainer.world_size > 1)
         self.loader = as_batches(map_loaders(self._sharded(train_loader), seeded))
-        self.num_batches = num_batches(self.loader, trainer.limits["train"])
+        self.num_batches = count_batches(self.loader, trainer.limits["train"], "train")
         if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
             raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)

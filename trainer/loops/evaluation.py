@@ -61,7 +61,7 @@ class EvaluationLoop:
         )
         placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded
         self.loaders = ShapedLoaders(placed, getattr(loaders, "unflatten", list))
-        self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
+        self.num_batches = [data.count_batches(loader, limit, self.stage) for loader in self.loaders]
         self.seen = [0 for _ in self.loaders]
 
     @property
