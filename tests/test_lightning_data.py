@@ -108,3 +108,26 @@ def test_a_stream_with_a_length_warns_that_workers_may_make_it_wrong(tmp_path: P
         quiet(tmp_path).validate(Regressor(), DataLoader(SizedStream(), batch_size=8))
     with pytest.warns(UserWarning, match="Your `IterableDataset` has `__len__` defined"):
         quiet(tmp_path, max_epochs=1).fit(Regressor(), DataLoader(SizedStream(), batch_size=8))
+
+
+# ---- overfit_batches: every loader of fit in its dataset's order -------------------------------------------------
+class Reversed(torch.utils.data.Sampler[int]):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        return iter(range(self.n - 1, -1, -1))
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def test_overfit_puts_training_and_validation_loaders_in_order_whatever_their_sampler(tmp_path: Path) -> None:
+    data = regression_data(16)
+    custom = DataLoader(data, batch_size=4, sampler=Reversed(16))
+    run = quiet(tmp_path, max_epochs=1, overfit_batches=2)
+    with pytest.warns(UserWarning, match="requested to overfit but enabled train dataloader shuffling") as seen:
+        run.fit(Regressor(), custom, DataLoader(data, batch_size=4, sampler=Reversed(16)))
+    assert any("enabled val dataloader shuffling" in str(w.message) for w in seen)
+    assert isinstance(run.train_dataloader.sampler, torch.utils.data.SequentialSampler)
+    assert isinstance(run.val_dataloaders.sampler, torch.utils.data.SequentialSampler)

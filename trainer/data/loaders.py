@@ -114,14 +114,16 @@ def count_batches(loader: Iterable[Any], limit: int | float | None, stage: str) 
 
 
 def _warn_iterable_length(loader: Iterable[Any]) -> None:
-    if any(isinstance(inner, DataLoader) and isinstance(inner.dataset, IterableDataset) for inner in _inner(loader)):
-        if has_len(loader):
-            warnings.warn(
-                "Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when "
-                "num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to "
-                "avoid having duplicate data.",
-                stacklevel=4,
-            )
+    streams = any(
+        isinstance(inner, DataLoader) and isinstance(inner.dataset, IterableDataset) for inner in _inner(loader)
+    )
+    if streams and has_len(loader):
+        warnings.warn(
+            "Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when "
+            "num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to "
+            "avoid having duplicate data.",
+            stacklevel=4,
+        )
 
 
 def _inner(loader: Iterable[Any]) -> list[Any]:

@@ -7,16 +7,15 @@ ranks wait; then ``setup(stage)`` runs on every rank.
 from __future__ import annotations
 
 import reprlib
-
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from trainer.data.combined import CombinedLoader, _is_leaf, shaped
+from trainer.data.combined import CombinedLoader, ShapedLoaders, _is_leaf, map_loaders, shaped
 from trainer.data.loaders import has_len
-from trainer.data.sharding import check_shardable
+from trainer.data.sharding import check_shardable, unshuffled
 from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 
 if TYPE_CHECKING:
@@ -235,10 +234,18 @@ class LoaderSource:
     validation's when a validation does (Lightning's points, ``trainer.loops.fit_validation``)."""
 
     def __init__(
-        self, strategy: Strategy, use_distributed_sampler: bool, module: Any, train: Any, val: Any, datamodule: Any
+        self,
+        strategy: Strategy,
+        use_distributed_sampler: bool,
+        module: Any,
+        train: Any,
+        val: Any,
+        datamodule: Any,
+        overfit: bool = False,
     ) -> None:
         if is_datamodule(train):
             datamodule, train = train, None
+        self.overfit = overfit  # overfit_batches: the loaders in their datasets' order (Lightning's rule)
         self.strategy, self.use_distributed_sampler = strategy, use_distributed_sampler
         self.module, self.train, self.val, self.datamodule = module, train, val, datamodule
         self.validation_warning = skipped_validation_warning(module, val, datamodule)
@@ -254,7 +261,7 @@ class LoaderSource:
         train, origin = _request(self.train, _source(self.module, self.datamodule), "training")
         train = _training_loader(train)
         _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training", origin)
-        return train
+        return map_loaders(train, unshuffled) if self.overfit else train
 
     def request_val(self) -> list[Any]:
         if not self.defines_val:
@@ -263,4 +270,12 @@ class LoaderSource:
         loaders = _as_list(val, "validation")
         for loader in loaders:
             _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation", origin)
+        if self.overfit:
+            loaders = ShapedLoaders(
+                [map_loaders(v, _unshuffled_val) for v in loaders], getattr(loaders, "unflatten", list)
+            )
         return loaders
+
+
+def _unshuffled_val(loader: Any) -> Any:
+    return unshuffled(loader, "val")

@@ -26,7 +26,7 @@ from trainer.data.loaders import count_batches, num_batches, set_epoch, shut_dow
 from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
-from trainer.data.sharding import prepare_train_loader, unshuffled
+from trainer.data.sharding import prepare_train_loader
 from trainer.exceptions import MisconfigurationException
 from trainer.seed import isolate_rng, rng_state, set_rng_state
 from trainer.signals import start_iterator
@@ -78,7 +78,15 @@ class TrainSource:
         check, validation's come first (returned, for the check), with their random draws undone and
         ``trainer.sanity_checking`` true while they are asked for (Lightning's order)."""
         trainer = self.trainer
-        self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
+        self.source = LoaderSource(
+            trainer.strategy,
+            trainer.use_distributed_sampler,
+            module,
+            train,
+            val,
+            datamodule,
+            bool(trainer.overfit_batches),
+        )
         self._check_reload_source()
         if self.source.validation_warning is not None and trainer.is_global_zero:
             message, category = self.source.validation_warning
@@ -176,8 +184,7 @@ class TrainSource:
 
     def _request(self) -> Any:
         assert self.source is not None
-        train_loader = self.source.request_train()
-        return map_loaders(train_loader, unshuffled) if self.trainer.overfit_batches else train_loader
+        return self.source.request_train()
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:
         trainer = self.trainer
