@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import trainer
 from tests.models import Regressor, loader, quiet, regression_data
 from trainer.utilities import CombinedLoader
 
@@ -131,3 +132,9 @@ def test_overfit_puts_training_and_validation_loaders_in_order_whatever_their_sa
     assert any("enabled val dataloader shuffling" in str(w.message) for w in seen)
     assert isinstance(run.train_dataloader.sampler, torch.utils.data.SequentialSampler)
     assert isinstance(run.val_dataloaders.sampler, torch.utils.data.SequentialSampler)
+
+
+@pytest.mark.parametrize("every", [-1, "2", 1.5])
+def test_reload_every_n_epochs_must_be_a_count(every: Any) -> None:
+    with pytest.raises(ValueError, match=r"`reload_dataloaders_every_n_epochs` should be an int >= 0, got"):
+        trainer.Trainer(reload_dataloaders_every_n_epochs=every)
