@@ -138,3 +138,68 @@ def test_overfit_puts_training_and_validation_loaders_in_order_whatever_their_sa
 def test_reload_every_n_epochs_must_be_a_count(every: Any) -> None:
     with pytest.raises(ValueError, match=r"`reload_dataloaders_every_n_epochs` should be an int >= 0, got"):
         trainer.Trainer(reload_dataloaders_every_n_epochs=every)
+
+
+# ---- epochs whose length is known only at their end --------------------------------------------------------------
+class Counted(Regressor):
+    """Counts validation batches per epoch; its learning rate halves every epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.validated: list[int] = []
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.validated.append(self.current_epoch)
+        super().validation_step(batch, batch_idx)
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.05)
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)}
+
+
+class SaveAfterValidation(trainer.Callback):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if trainer.current_epoch == 0:
+            trainer.save_checkpoint(self.path)
+
+
+def test_an_unsized_epoch_validates_at_its_end_and_resumes_exactly_from_there(tmp_path: Path) -> None:
+    stream, val = DataLoader(Stream(32), batch_size=8), loader(regression_data(16))
+    full = Counted()
+    quiet(tmp_path, max_epochs=3, callbacks=[SaveAfterValidation(tmp_path / "val.ckpt")]).fit(full, stream, val)
+    assert full.validated == [0, 0, 1, 1, 2, 2]  # 2 validation batches after each epoch's 4 training batches
+
+    resumed = Counted()
+    run = quiet(tmp_path, max_epochs=3)
+    run.fit(resumed, stream, val, ckpt_path=tmp_path / "val.ckpt")  # saved inside epoch 0's last validation
+    assert resumed.validated == [1, 1, 2, 2]
+    assert run.optimizers[0].param_groups[0]["lr"] == 0.05 * 0.5**3
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+
+
+class Fading(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Rows in the first epoch only (a stream that ran dry)."""
+
+    def __init__(self, module: trainer.Module) -> None:
+        self.module, self.data = module, regression_data(16)
+
+    def __iter__(self) -> Any:
+        return iter(self.data if self.module.current_epoch == 0 else [])
+
+
+def test_an_epoch_without_batches_ends_as_in_lightning(tmp_path: Path) -> None:
+    module = Regressor()
+    run = quiet(tmp_path, max_epochs=3)
+    with pytest.warns(UserWarning, match="yielded no batch in epoch 1: the epoch ends without training"):
+        run.fit(module, DataLoader(Fading(module), batch_size=8))
+    assert (run.current_epoch, run.global_step) == (3, 2)
+
+
+def test_a_generator_used_up_after_one_epoch_is_still_refused(tmp_path: Path) -> None:
+    batches = ((x[None], y[None]) for x, y in regression_data(4))
+    with pytest.raises(ValueError, match=r"yielded no batch in epoch 1\. A generator or iterator is used up"):
+        quiet(tmp_path, max_epochs=2).fit(Regressor(), batches)
