@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 import trainer
 from tests.models import Regressor, loader, quiet, regression_data
+from trainer.exceptions import MisconfigurationException
 from trainer.utilities import CombinedLoader
 
 
@@ -203,3 +204,23 @@ def test_a_generator_used_up_after_one_epoch_is_still_refused(tmp_path: Path) ->
     batches = ((x[None], y[None]) for x, y in regression_data(4))
     with pytest.raises(ValueError, match=r"yielded no batch in epoch 1\. A generator or iterator is used up"):
         quiet(tmp_path, max_epochs=2).fit(Regressor(), batches)
+
+
+# ---- steps that pull their own batches ------------------------------------------------------------------------------
+class PullsItsBatches(Regressor):
+    def training_step(self, dataloader_iter: Any) -> Any:  # type: ignore[override]
+        batch, _, _ = next(dataloader_iter)
+        return super().training_step(batch, 0)
+
+    def predict_step(self, dataloader_iter: Any) -> Any:  # type: ignore[override]
+        return next(dataloader_iter)
+
+
+def test_a_step_taking_dataloader_iter_is_refused_by_name_when_called(tmp_path: Path) -> None:
+    module, data = PullsItsBatches(), loader(regression_data(16))
+    with pytest.raises(MisconfigurationException, match=r"`training_step\(self, dataloader_iter\)` is not"):
+        quiet(tmp_path, max_epochs=1).fit(module, data)
+    with pytest.raises(MisconfigurationException, match=r"Write `predict_step\(self, batch, batch_idx\)`"):
+        quiet(tmp_path).predict(module, data)
+    quiet(tmp_path, max_epochs=1, limit_train_batches=0).fit(module, data)  # never called: nothing to refuse
+    assert "training_step" not in vars(module)  # the module keeps its own step after the stage
