@@ -146,7 +146,10 @@ class CombinedLoader(Iterable[Any]):
         return MODES[self._mode](self.lengths()) if self._flattened else 0
 
     def __iter__(self) -> CombinedLoader:
-        self._iterator = self._generate()
+        """Starts the pass: as in Lightning, every loader is started (its workers up) now, not at the first batch;
+        ``sequential`` starts only the first, each next one when its turn comes."""
+        loaders = self._flattened[:1] if self._mode == "sequential" else self._flattened
+        self._iterator = self._generate([iter(loader) for loader in loaders])
         return self
 
     def __next__(self) -> tuple[Any, int, int]:
@@ -169,17 +172,17 @@ class CombinedLoader(Iterable[Any]):
         self._iterator = None
         shut_down_workers(self._flattened)
 
-    def _generate(self) -> Iterator[tuple[Any, int, int]]:
+    def _generate(self, started: list[Iterator[Any]]) -> Iterator[tuple[Any, int, int]]:
         limits = [math.inf] * len(self._flattened) if self._limits is None else self._limits
         if self._mode == "sequential":
             for idx, (loader, limit) in enumerate(zip(self._flattened, limits)):
-                for batch_idx, batch in enumerate(loader):
+                for batch_idx, batch in enumerate(started[0] if idx == 0 else loader):
                     if batch_idx >= limit:
                         break
                     yield batch, batch_idx, idx
             return
         total = self.batches_per_epoch()
-        iterators = [iter(loader) for loader in self._flattened]
+        iterators = started
         consumed = [False] * len(iterators)
         batch_idx = 0
         while batch_idx < total:
