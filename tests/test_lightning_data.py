@@ -224,3 +224,18 @@ def test_a_step_taking_dataloader_iter_is_refused_by_name_when_called(tmp_path: 
         quiet(tmp_path).predict(module, data)
     quiet(tmp_path, max_epochs=1, limit_train_batches=0).fit(module, data)  # never called: nothing to refuse
     assert "training_step" not in vars(module)  # the module keeps its own step after the stage
+
+
+class Predicting(Regressor):
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        return self.net(batch[0])
+
+
+def test_the_profiler_times_each_batch_fetch_under_lightnings_names(tmp_path: Path) -> None:
+    run = quiet(tmp_path, profiler="simple", limit_val_batches=3, limit_predict_batches=3)
+    module, data = Predicting(), loader(regression_data(16), batch_size=4)
+    run.validate(module, data)
+    run.predict(module, data)
+    durations = run.profiler.recorded_durations  # type: ignore[union-attr]
+    assert len(durations["[_EvaluationLoop].val_next"]) == 3
+    assert len(durations["[_PredictionLoop].predict_next"]) == 3  # the prediction loop has its own name in Lightning

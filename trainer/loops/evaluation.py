@@ -137,7 +137,8 @@ class EvaluationLoop:
             step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
             to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)
             prefix = "val" if stage == "validation" else stage
-            batches = trainer.profiler.timed_iter(f"[_EvaluationLoop].{prefix}_next", batches)
+            loop = "_PredictionLoop" if stage == "predict" else "_EvaluationLoop"
+            batches = trainer.profiler.timed_iter(f"[{loop}].{prefix}_next", batches)
         extra = (idx,) if several else ()
         start = hooks.resolved(trainer, f"on_{stage}_batch_start")
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")
