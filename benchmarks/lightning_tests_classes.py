@@ -17,8 +17,10 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "lr_find refuses min_lr >= max_lr (the test passes them swapped): a falling rate shows nothing to suggest",
         "What differs: `lr_find` refuses a range that does not rise",
     ),
-    r"(?:test_fetchers::test_(?:training_step|step_methods|stop_iteration)_with_dataloader_iter"
-    r"|test_training_epoch_loop::test_training_loop_dataloader_iter_multiple_dataloaders)": (
+    r"(?:test_fetchers::test_(?:(?:training_step|step_methods|stop_iteration)_with_dataloader_iter"
+    r"|fetching_dataloader_iter_(?:opt|running_stages))"
+    r"|test_(?:training_epoch|evaluation)_loop::test_\w+_loop_dataloader_iter_multiple_dataloaders"
+    r"|test_prediction_loop::test_prediction_loop_with_iterable_dataset$)": (
         "a step taking `dataloader_iter` is refused with a clear error: the loop fetches every batch itself to count "
         "it for an exact resume and to honour the batch limits",
         "What differs: steps take a batch, not `dataloader_iter`",
