@@ -54,6 +54,27 @@ def test_sequential_mode_runs_each_loader_whole_with_its_index() -> None:
     assert len(combined) == 5
 
 
+class Started:
+    """An iterable that records when a pass over it starts (a DataLoader starts its workers there)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.starts = n, 0
+
+    def __iter__(self) -> Any:
+        self.starts += 1
+        return iter(range(self.n))
+
+
+@pytest.mark.parametrize(("mode", "started"), [("min_size", [1, 1]), ("max_size", [1, 1]), ("sequential", [1, 0])])
+def test_iter_starts_every_loader_at_once_and_sequential_only_the_first(mode: str, started: list[int]) -> None:
+    parts = [Started(2), Started(3)]
+    combined = iter(CombinedLoader(parts, mode))  # type: ignore[arg-type]
+    assert [part.starts for part in parts] == started  # before any batch: workers of all loaders come up together
+    while next(combined, None) is not None:  # not list(): iter() again would start a new pass
+        pass
+    assert [part.starts for part in parts] == [1, 1]
+
+
 def test_nested_collections_keep_their_shape() -> None:
     combined = CombinedLoader({"pair": [DataLoader(range(2)), DataLoader(range(2))], "one": (DataLoader(range(2)),)})
     first, _, _ = next(iter(combined))

@@ -109,7 +109,7 @@ def test_overfit_batches_trains_the_same_unshuffled_batches_every_epoch(tmp_path
     x = torch.arange(32, dtype=torch.float32)[:, None].repeat(1, 8)
     data = DataLoader(TensorDataset(x, torch.zeros(32, 1)), batch_size=4, shuffle=True)
     module = Counting()
-    with pytest.warns(UserWarning, match="turns shuffling off"):
+    with pytest.warns(UserWarning, match="requested to overfit but enabled train dataloader shuffling"):
         quiet(tmp_path, max_epochs=3, overfit_batches=2).fit(module, data, data)
     assert module.seen == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]] * 3
     assert module.counts["val"] == 3 * 2  # validation is cut to the same number of batches

@@ -129,7 +129,6 @@ INT_FLAGS = (
     "log_every_n_steps",
     "num_nodes",
     "seed",
-    "reload_dataloaders_every_n_epochs",
 )
 
 
@@ -171,6 +170,13 @@ def check_counts(values: dict[str, Any]) -> None:
     every = values["check_val_every_n_epoch"]
     if every is not None and every < 1:
         raise MisconfigurationException(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
+    reload = values["reload_dataloaders_every_n_epochs"]
+    if isinstance(reload, bool) or not isinstance(reload, int) or reload < 0:
+        error = MisconfigurationException if isinstance(reload, int) else MisconfigurationTypeError
+        raise error(
+            f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {reload!r} (0: the loaders are "
+            "requested once; n: again every n epochs)."
+        )
     if values["num_sanity_val_steps"] < -1:
         raise MisconfigurationException(
             f"num_sanity_val_steps={values['num_sanity_val_steps']!r} must be -1 (all), 0 or more."

@@ -8,7 +8,7 @@ shard or skip by index, so several ranks need it sharded by the user, and a resu
 its finished batches.
 """
 
-from trainer.data.loaders import has_len, num_batches, set_epoch, shut_down_workers
+from trainer.data.loaders import count_batches, has_len, num_batches, set_epoch, shut_down_workers
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import (
@@ -25,6 +25,7 @@ __all__ = [
     "EvalShardSampler",
     "capture_epoch_rng",
     "check_shardable",
+    "count_batches",
     "has_len",
     "num_batches",
     "prepare_eval_loader",

@@ -30,8 +30,19 @@ MODES: dict[str, Callable[[list[int | float]], int | float]] = {
 }
 
 
+def _is_leaf(obj: Any) -> bool:
+    """One loader: anything but a dict, list or tuple, or one of those holding only numbers and strings (``[1, 2, 3]``
+    is one iterable of three items, as in Lightning; so is an empty list)."""
+    if not isinstance(obj, Mapping | list | tuple):
+        return True
+    children = obj.values() if isinstance(obj, Mapping) else obj
+    return all(isinstance(child, int | float | str) for child in children)
+
+
 def _flatten(iterables: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The loaders of a collection (dicts, lists and tuples, nested), and how to put values back in its shape."""
+    if _is_leaf(iterables):
+        return [iterables], lambda values: values[0]
     if isinstance(iterables, Mapping):
         keys = list(iterables)
         parts = [_flatten(iterables[k]) for k in keys]
@@ -135,7 +146,10 @@ class CombinedLoader(Iterable[Any]):
         return MODES[self._mode](self.lengths()) if self._flattened else 0
 
     def __iter__(self) -> CombinedLoader:
-        self._iterator = self._generate()
+        """Starts the pass: as in Lightning, every loader is started (its workers up) now, not at the first batch;
+        ``sequential`` starts only the first, each next one when its turn comes."""
+        loaders = self._flattened[:1] if self._mode == "sequential" else self._flattened
+        self._iterator = self._generate([iter(loader) for loader in loaders])
         return self
 
     def __next__(self) -> tuple[Any, int, int]:
@@ -158,17 +172,17 @@ class CombinedLoader(Iterable[Any]):
         self._iterator = None
         shut_down_workers(self._flattened)
 
-    def _generate(self) -> Iterator[tuple[Any, int, int]]:
+    def _generate(self, started: list[Iterator[Any]]) -> Iterator[tuple[Any, int, int]]:
         limits = [math.inf] * len(self._flattened) if self._limits is None else self._limits
         if self._mode == "sequential":
             for idx, (loader, limit) in enumerate(zip(self._flattened, limits)):
-                for batch_idx, batch in enumerate(loader):
+                for batch_idx, batch in enumerate(started[0] if idx == 0 else loader):
                     if batch_idx >= limit:
                         break
                     yield batch, batch_idx, idx
             return
         total = self.batches_per_epoch()
-        iterators = [iter(loader) for loader in self._flattened]
+        iterators = started
         consumed = [False] * len(iterators)
         batch_idx = 0
         while batch_idx < total:
@@ -227,6 +241,8 @@ class ShapedLoaders(list[Any]):
 def shaped(given: Any) -> ShapedLoaders:
     """``given`` (a loader, or a dict, list or tuple of them: one level, as a list of batches is one loader) as a
     ``ShapedLoaders``."""
+    if _is_leaf(given):
+        return ShapedLoaders([given], lambda values: values[0])
     if isinstance(given, Mapping):
         keys = list(given)
         return ShapedLoaders(given.values(), lambda values: dict(zip(keys, values)))

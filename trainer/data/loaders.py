@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Iterable, Sized
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.exceptions import MisconfigurationException
 
@@ -71,32 +72,70 @@ def has_len(loader: Iterable[Any]) -> bool:
     return True
 
 
-def num_batches(loader: Iterable[Any], limit: int | float | None = None) -> int | float:
-    """Batches to run under a ``limit_*_batches`` value: None all, int a count, float a fraction."""
+_PREFIX = {"train": "train", "training": "train", "validation": "val", "test": "test", "predict": "predict"}
+
+
+def num_batches(loader: Iterable[Any], limit: int | float | None = None, stage: str = "train") -> int | float:
+    """Batches to run under a ``limit_*_batches`` value: None all, int a count, float a fraction. ``stage`` (train,
+    validation, test, predict) names the flag in Lightning's messages."""
     total: int | float = len(loader) if has_len(loader) else math.inf  # type: ignore[arg-type]
     if limit is None:
         return total
+    prefix = _PREFIX.get(stage, stage)
     if isinstance(limit, int):
         if limit < 0:
-            raise MisconfigurationException(f"a batch limit must be >= 0, got {limit}")
+            raise MisconfigurationException(f"a batch limit must be >= 0, got limit_{prefix}_batches={limit}")
         return min(limit, total)
     if not 0.0 <= limit <= 1.0:
         raise MisconfigurationException(f"a float batch limit is a fraction in [0.0, 1.0], got {limit}")
     if math.isinf(total):
         if limit not in (0.0, 1.0):
             raise MisconfigurationException(
-                f"a fraction limit ({limit}) needs a loader with __len__; pass an int instead"
+                f"When using an `IterableDataset`, `Trainer(limit_{prefix}_batches)` must be `1.0` or an int. An int "
+                f"specifies `num_{prefix}_batches` to use (limit_{prefix}_batches={limit} is a fraction of the "
+                "batches, but the loader has no length)."
             )
         return total if limit == 1.0 else 0
-    return int(total * limit)
+    count = int(total * limit)
+    if count == 0 and limit > 0.0 and total > 0:
+        raise MisconfigurationException(
+            f"You requested to check {limit} of the `{prefix}_dataloader` but {limit} * {total} < 1. Please increase "
+            f"the `limit_{prefix}_batches` argument. Try at least `limit_{prefix}_batches={1.0 / total}`"
+        )
+    return count
+
+
+def count_batches(loader: Iterable[Any], limit: int | float | None, stage: str) -> int | float:
+    """A stage's batches (``num_batches``), counted as its loaders are set up, with Lightning's warning for a
+    DataLoader over an ``IterableDataset`` with ``__len__``: with several workers each iterates the whole dataset
+    unless told its share, so the length (and the data) may be wrong."""
+    _warn_iterable_length(loader)
+    return num_batches(loader, limit, stage)
+
+
+def _warn_iterable_length(loader: Iterable[Any]) -> None:
+    streams = any(
+        isinstance(inner, DataLoader) and isinstance(inner.dataset, IterableDataset) for inner in _inner(loader)
+    )
+    if streams and has_len(loader):
+        warnings.warn(
+            "Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when "
+            "num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to "
+            "avoid having duplicate data.",
+            stacklevel=4,
+        )
+
+
+def _inner(loader: Iterable[Any]) -> list[Any]:
+    """The loaders inside (a combined loader's each), or the loader itself."""
+    return loader.inner_loaders() if hasattr(loader, "inner_loaders") else [loader]  # type: ignore[no-any-return]
 
 
 def shut_down_workers(loaders: Iterable[Any]) -> None:
     """End the worker processes a loader keeps between epochs (``persistent_workers``) once a stage ends,
     so none outlives the stage that needed it; the next ``iter()`` starts new ones."""
     for outer in loaders:
-        inner = outer.inner_loaders() if hasattr(outer, "inner_loaders") else [outer]  # a CombinedLoader's each
-        for loader in inner:
+        for loader in _inner(outer):  # a CombinedLoader's each
             iterator = getattr(loader, "_iterator", None) if isinstance(loader, DataLoader) else None
             if iterator is not None and hasattr(iterator, "_shutdown_workers"):
                 iterator._shutdown_workers()

@@ -6,16 +6,17 @@ ranks wait; then ``setup(stage)`` runs on every rank.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from trainer.data.combined import CombinedLoader, shaped
+from trainer.data.combined import CombinedLoader, ShapedLoaders, _is_leaf, map_loaders, shaped
 from trainer.data.loaders import has_len
-from trainer.data.sharding import check_shardable
-from trainer.exceptions import MisconfigurationException
+from trainer.data.sharding import check_shardable, unshuffled
+from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -52,8 +53,9 @@ def _as_list(loaders: Any, what: str) -> list[Any]:
     return shaped(loaders)
 
 
-def _check_loader(loader: Any, what: str) -> None:
-    """Refuse, naming its type, what is not an iterable of batches, before any work is done."""
+def _check_loader(loader: Any, what: str, origin: str) -> None:
+    """Refuse, naming its type, what is not an iterable of batches, before any work is done (Lightning's TypeError,
+    ``origin`` saying where it came from: passed to a Trainer method, or returned from a hook)."""
     name = type(loader).__name__
     if isinstance(loader, Dataset):
         problem, fix = "a Dataset, which yields samples, not batches", "wrap it in DataLoader(dataset, batch_size=...)"
@@ -63,7 +65,55 @@ def _check_loader(loader: Any, what: str) -> None:
         problem, fix = "not an iterable of batches", "pass a DataLoader, a list of batches or another iterable of them"
     else:
         return
-    raise TypeError(f"the {what} loader ({name}) is {problem}; {fix}.")
+    raise TypeError(
+        f"An invalid dataloader was {origin}. Found {reprlib.repr(loader)}: the {what} loader ({name}) is {problem}; "
+        f"{fix}."
+    )
+
+
+_CALLS = {  # a stage's loaders, as the Trainer method that takes them names them
+    "training": "fit(train_dataloaders=...)",
+    "fit validation": "fit(val_dataloaders=...)",
+    "validation": "validate(dataloaders=...)",
+    "test": "test(dataloaders=...)",
+    "predict": "predict(dataloaders=...)",
+}
+_HOOKS = {"training": "train", "fit validation": "val", "validation": "val", "test": "test", "predict": "predict"}
+
+
+def _hook_written(source: Any, name: str) -> bool:
+    """Whether ``source`` (a module or DataModule) has its own ``name`` loader hook, not the base class's."""
+    from trainer.datamodule import DataModule
+    from trainer.module import written
+
+    if not written(source, name):
+        return False
+    return not isinstance(source, DataModule) or getattr(type(source), name, None) is not getattr(DataModule, name)
+
+
+def _request(given: Any, source: Any, stage: str) -> tuple[Any, str]:
+    """``given``, else what ``source``'s loader hook returns; and where it came from, for the messages. Neither:
+    Lightning's TypeError naming both ways to give loaders."""
+    call = _CALLS[stage]
+    if given is not None:
+        return given, f"passed to `Trainer.{call}`"
+    hook = f"{_HOOKS[stage]}_dataloader"
+    if not _hook_written(source, hook):
+        fn = call.split("(")[0]
+        raise MisconfigurationTypeError(
+            f"An invalid dataloader was passed to `Trainer.{call}`. Found None. Either pass the dataloader to the "
+            f"`.{fn}()` method OR implement `def {hook}(self):` in your LightningModule/LightningDataModule ("
+            + (
+                "fit() needs a training DataLoader (train_dataloaders=) or a DataModule)."
+                if stage == "training"
+                else f"{stage.split()[-1]} needs dataloaders= or a DataModule with {hook}())."
+            )
+        )
+    origin = f"returned from `{type(source).__name__}.{hook}()`"
+    loaders = getattr(source, hook)()
+    if loaders is None:
+        raise MisconfigurationTypeError(f"An invalid dataloader was {origin}. Found None: return a DataLoader.")
+    return loaders, origin
 
 
 def _is_loader_dict(obj: Any) -> bool:
@@ -119,13 +169,13 @@ def is_datamodule(obj: Any) -> bool:
     return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
 
 
-def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str) -> None:
+def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str, origin: str) -> None:
     """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
     if isinstance(loader, CombinedLoader):
         for inner in loader.flattened:
-            _check_usable(inner, world_size, use_distributed_sampler, what)
+            _check_usable(inner, world_size, use_distributed_sampler, what, origin)
         return
-    _check_loader(loader, what)
+    _check_loader(loader, what, origin)
     check_shardable(loader, world_size, use_distributed_sampler, what)
     if has_len(loader) and len(loader) == 0:
         if isinstance(loader, DataLoader):
@@ -137,9 +187,7 @@ def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, w
 
 def _training_loader(primary: Any) -> Any:
     """fit's training loader; several (a dict or list of loaders) combine as Lightning's ``max_size_cycle``."""
-    if primary is None:
-        raise MisconfigurationException("fit() needs a training DataLoader (train_dataloaders=) or a DataModule.")
-    if _is_loader_dict(primary) or _is_loader_list(primary):
+    if _is_loader_dict(primary) or _is_loader_list(primary) or _holds_a_non_iterable(primary):
         primary = CombinedLoader(primary, "max_size_cycle")
     if isinstance(primary, CombinedLoader) and primary.mode == "sequential":
         raise MisconfigurationException(
@@ -147,6 +195,16 @@ def _training_loader(primary: Any) -> Any:
             'batch of every loader. Choose mode="max_size_cycle", "max_size" or "min_size".'
         )
     return primary
+
+
+def _holds_a_non_iterable(obj: Any) -> bool:
+    """A list or tuple of training loaders with one that is not iterable (``[loader, 3]``): combined as several
+    loaders, so the check names the bad one (a list of batches holds tensors or tuples, all iterable)."""
+    return (
+        isinstance(obj, list | tuple)
+        and not _is_leaf(obj)
+        and any(not isinstance(v, Iterable) and not isinstance(v, torch.Tensor) for v in obj)
+    )
 
 
 def _source(module: Any, datamodule: Any) -> Any:
@@ -161,17 +219,11 @@ def resolve_loaders(
     or the module's ``<stage>_dataloader()``; each checked."""
     if is_datamodule(given):
         datamodule, given = given, None
-    from trainer.module import written
-
-    name = {"validation": "val", "validate": "val"}.get(stage, stage)
-    source = _source(module, datamodule)
-    if given is None and written(source, f"{name}_dataloader"):
-        given = getattr(source, f"{name}_dataloader")()
+    stage = "validation" if stage == "validate" else stage
+    given, origin = _request(given, _source(module, datamodule), stage)
     loaders = _as_list(given, stage)
-    if not loaders:
-        raise MisconfigurationException(f"{stage} needs dataloaders= or a DataModule with {name}_dataloader().")
     for loader in loaders:
-        _check_usable(loader, strategy.world_size, use_distributed_sampler, stage)
+        _check_usable(loader, strategy.world_size, use_distributed_sampler, stage, origin)
     return loaders
 
 
@@ -182,10 +234,18 @@ class LoaderSource:
     validation's when a validation does (Lightning's points, ``trainer.loops.fit_validation``)."""
 
     def __init__(
-        self, strategy: Strategy, use_distributed_sampler: bool, module: Any, train: Any, val: Any, datamodule: Any
+        self,
+        strategy: Strategy,
+        use_distributed_sampler: bool,
+        module: Any,
+        train: Any,
+        val: Any,
+        datamodule: Any,
+        overfit: bool = False,
     ) -> None:
         if is_datamodule(train):
             datamodule, train = train, None
+        self.overfit = overfit  # overfit_batches: the loaders in their datasets' order (Lightning's rule)
         self.strategy, self.use_distributed_sampler = strategy, use_distributed_sampler
         self.module, self.train, self.val, self.datamodule = module, train, val, datamodule
         self.validation_warning = skipped_validation_warning(module, val, datamodule)
@@ -198,23 +258,24 @@ class LoaderSource:
         return validates(self.module) and (self.val is not None or _defines_val_loader(source))
 
     def request_train(self) -> Any:
-        from trainer.module import written
-
-        source = _source(self.module, self.datamodule)
-        train = self.train
-        if train is None and written(source, "train_dataloader"):
-            train = source.train_dataloader()
+        train, origin = _request(self.train, _source(self.module, self.datamodule), "training")
         train = _training_loader(train)
-        _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training")
-        return train
+        _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training", origin)
+        return map_loaders(train, unshuffled) if self.overfit else train
 
     def request_val(self) -> list[Any]:
         if not self.defines_val:
             return []
-        val = self.val
-        if val is None:
-            val = _source(self.module, self.datamodule).val_dataloader()
+        val, origin = _request(self.val, _source(self.module, self.datamodule), "fit validation")
         loaders = _as_list(val, "validation")
         for loader in loaders:
-            _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation")
+            _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation", origin)
+        if self.overfit:
+            loaders = ShapedLoaders(
+                [map_loaders(v, _unshuffled_val) for v in loaders], getattr(loaders, "unflatten", list)
+            )
         return loaders
+
+
+def _unshuffled_val(loader: Any) -> Any:
+    return unshuffled(loader, "val")

@@ -195,16 +195,17 @@ def prepare_train_loader(
     return _rebuild(loader, new, batch_size, drop_last)
 
 
-def unshuffled(loader: Iterable[Any]) -> Iterable[Any]:
-    """The loader in its dataset's order (``overfit_batches`` trains on the same first batches each epoch)."""
+def unshuffled(loader: Iterable[Any], prefix: str = "train") -> Iterable[Any]:
+    """The loader in its dataset's order (``overfit_batches`` runs the same first batches each epoch): any sampler
+    but a ``SequentialSampler`` is replaced by one, with Lightning's warning (``prefix``: train or val)."""
     if not isinstance(loader, DataLoader) or _has_custom_batch_sampler(loader):
         return loader
     sampler, batch_size, drop_last = _batching(loader)
-    if type(sampler) is not RandomSampler:
+    if type(sampler) is SequentialSampler or isinstance(loader.dataset, IterableDataset):
         return loader
     warnings.warn(
-        "overfit_batches is set and the training DataLoader shuffles: the Trainer turns shuffling off, so every "
-        "epoch trains on the same batches.",
+        f"You requested to overfit but enabled {prefix} dataloader shuffling. We are turning off the {prefix} "
+        f"dataloader shuffling for you (overfit_batches: every epoch runs the same first batches, in order).",
         stacklevel=4,
     )
     return _rebuild(loader, SequentialSampler(loader.dataset), batch_size, drop_last)  # type: ignore[arg-type]

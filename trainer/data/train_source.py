@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -21,15 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 import trainer.data.position as position
-from trainer.data.combined import as_batches, map_loaders
-from trainer.data.loaders import num_batches, set_epoch, shut_down_workers
+from trainer.data.combined import CombinedLoader, as_batches, map_loaders
+from trainer.data.loaders import count_batches, num_batches, set_epoch, shut_down_workers
 from trainer.data.resolve import LoaderSource
 from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batches, start_persistent_workers
 from trainer.data.sample_seeds import seed_samples
-from trainer.data.sharding import prepare_train_loader, unshuffled
+from trainer.data.sharding import prepare_train_loader
 from trainer.exceptions import MisconfigurationException
 from trainer.seed import isolate_rng, rng_state, set_rng_state
 from trainer.signals import start_iterator
+from trainer.user_warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -71,6 +73,8 @@ class TrainSource:
         self._pending: Any = None  # the training loader requested, not placed yet
         self._first: tuple[Iterable[Any], Iterator[Any]] | None = None  # epoch 0's, started before on_train_start
         self.resume_started = False  # the checkpoint's epoch had its iterator, not a batch yet
+        self.data_ended = False  # this epoch's loader (one without a length) ran out
+        self.resumed_data_ended = False  # the checkpoint was saved after its epoch's loader ran out
 
     # ---- set-up --------------------------------------------------------------------------------------
     def setup(self, module: Any, train: Any, val: Any, datamodule: Any, sanity_check: bool) -> list[Any] | None:
@@ -78,7 +82,15 @@ class TrainSource:
         check, validation's come first (returned, for the check), with their random draws undone and
         ``trainer.sanity_checking`` true while they are asked for (Lightning's order)."""
         trainer = self.trainer
-        self.source = LoaderSource(trainer.strategy, trainer.use_distributed_sampler, module, train, val, datamodule)
+        self.source = LoaderSource(
+            trainer.strategy,
+            trainer.use_distributed_sampler,
+            module,
+            train,
+            val,
+            datamodule,
+            bool(trainer.overfit_batches),
+        )
         self._check_reload_source()
         if self.source.validation_warning is not None and trainer.is_global_zero:
             message, category = self.source.validation_warning
@@ -176,8 +188,7 @@ class TrainSource:
 
     def _request(self) -> Any:
         assert self.source is not None
-        train_loader = self.source.request_train()
-        return map_loaders(train_loader, unshuffled) if self.trainer.overfit_batches else train_loader
+        return self.source.request_train()
 
     def _sharded(self, train_loader: Any) -> Iterable[Any]:
         trainer = self.trainer
@@ -198,7 +209,7 @@ class TrainSource:
         self.raw_train = train_loader
         seeded = functools.partial(seed_samples, data_seed=self.data_seed, several_ranks=trainer.world_size > 1)
         self.loader = as_batches(map_loaders(self._sharded(train_loader), seeded))
-        self.num_batches = num_batches(self.loader, trainer.limits["train"])
+        self.num_batches = count_batches(self.loader, trainer.limits["train"], "train")
         if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
             raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")
         self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
@@ -277,11 +288,37 @@ class TrainSource:
             iterator, self._first = self._first[1], None
             return iterator
         if not skip:
+            self.data_ended = False
             return start_iterator(loader)
+        if self.resumed_data_ended:  # saved after the loader ran out (its last validation): nothing to read past
+            self.resumed_data_ended, self.data_ended = False, True
+            self._resume_rng_now()
+            return iter(())
         reused = epoch > self.loader_epoch and bool(getattr(loader, "persistent_workers", False))
         iterator = start_iterator(skip_batches(loader, skip, reused_workers=reused))
         self._resume_rng_now()
         return iterator
+
+    def no_batches(self, epoch: int) -> None:
+        """An epoch whose loader yielded no batch: Lightning ends it. A generator or builtin iterator, though, is used
+        up after one pass, so every later epoch would train nothing: refused."""
+        loaders = self.raw_train.flattened if isinstance(self.raw_train, CombinedLoader) else [self.raw_train]
+        if any(_used_up_once(loader) for loader in loaders):
+            raise MisconfigurationException(
+                f"the training loader yielded no batch in epoch {epoch}. A generator or iterator is used up after one "
+                "pass: pass a list of batches, a DataLoader, or an object whose __iter__ starts over."
+            )
+        if self.trainer.is_global_zero:
+            warnings.warn(
+                f"the training loader yielded no batch in epoch {epoch}: the epoch ends without training.",
+                PossibleUserWarning,
+                stacklevel=4,
+            )
+
+    def ran_out(self) -> None:
+        """The epoch's loader (one without a length) is used up: a checkpoint saved now resumes past it, without
+        reading it again (an ``IterableDataset`` cannot skip batches)."""
+        self.data_ended = True
 
     def _resume_rng_now(self) -> None:
         if self.resume_rng is not None:
@@ -300,6 +337,8 @@ class TrainSource:
     def rank_state(self) -> dict[str, Any]:
         """This rank's RNG and the RNGs that ordered its epoch and requested its loaders."""
         state = {"rng": rng_state(), "epoch_rng": self.epoch_rng, "epoch_started": self._first is not None}
+        if self.data_ended:
+            state["data_ended"] = True
         return state if self.loader_rng is None else {**state, "loader_rng": self.loader_rng}
 
     def load_rank_state(self, mine: dict[str, Any], first: dict[str, Any], same_world: bool) -> None:
@@ -310,6 +349,14 @@ class TrainSource:
         self.saved_loader_rng = mine.get("loader_rng")
         started = bool(mine.get("epoch_started", False)) and not self.progress.batches_done
         self.resume_started = started and same_world  # its iterator is made again from epoch_rng
+        self.resumed_data_ended = bool(mine.get("data_ended", False)) and self.progress.batches_done > 0
+
+
+def _used_up_once(loader: Any) -> bool:
+    """A generator, or an iterator of the standard library (``iter(list)``, ``map``, ...): one pass only."""
+    if isinstance(loader, types.GeneratorType):
+        return True
+    return isinstance(loader, Iterator) and type(loader).__module__ in ("builtins", "itertools")
 
 
 def _agree(strategy: Strategy, value: int) -> int:

@@ -63,7 +63,7 @@ class EvaluationLoop:
         )
         placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded
         self.loaders = ShapedLoaders(placed, getattr(loaders, "unflatten", list))
-        self.num_batches = [data.num_batches(loader, limit) for loader in self.loaders]
+        self.num_batches = [data.count_batches(loader, limit, self.stage) for loader in self.loaders]
         self.seen = [0 for _ in self.loaders]
 
     @property
@@ -141,7 +141,8 @@ class EvaluationLoop:
             step = trainer.profiler.timed(f"[Strategy]{type(trainer.strategy).__name__}.{_STEP[stage]}", step)
             to_device = None if to_device is None else trainer.profiler.timed("transfer_batch_to_device", to_device)
             prefix = "val" if stage == "validation" else stage
-            batches = trainer.profiler.timed_iter(f"[_EvaluationLoop].{prefix}_next", batches)
+            loop = "_PredictionLoop" if stage == "predict" else "_EvaluationLoop"
+            batches = trainer.profiler.timed_iter(f"[{loop}].{prefix}_next", batches)
         extra = (idx,) if several else ()
         start = hooks.resolved(trainer, f"on_{stage}_batch_start")
         end = hooks.resolved(trainer, f"on_{stage}_batch_end")

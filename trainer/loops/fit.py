@@ -24,7 +24,6 @@ import torch
 
 import trainer.loops.hooks as hooks
 from trainer.data.train_source import TrainSource
-from trainer.exceptions import MisconfigurationException
 from trainer.flags import max_epochs_limit
 from trainer.loops.checks import (
     check_output_folders,
@@ -269,14 +268,24 @@ class FitLoop:
                 return True  # Lightning's rule: an epoch stopped by should_stop counts as done (current_epoch moves on)
             if progress.global_step >= max_steps:
                 return batch_idx + 1 >= limit  # max_steps mid-epoch: the position stays there, for an exact resume
-        if batch_idx < 0:
-            raise MisconfigurationException(
-                f"the training loader yielded no batch in epoch {progress.epoch}. A generator or iterator is used up "
-                "after one pass: pass a list of batches, a DataLoader, or an object whose __iter__ starts over."
-            )
+        if batch_idx < 0:  # no batch at all: Lightning ends the epoch (a used-up iterator is refused)
+            self.data.no_batches(progress.epoch)
+            return True
         if math.isinf(limit):  # a loader without a length: its last batch is known only now
+            self._validate_after_unsized_epoch(batch_idx)
             self._step_epoch_schedulers(plateau=False)
         return True
+
+    def _validate_after_unsized_epoch(self, batch_idx: int) -> None:
+        """Lightning validates after the last batch of an epoch whose length was not known; that batch is known only
+        once the data ran out. (Before the epoch schedulers step, unlike Lightning's order, so a checkpoint saved by
+        this validation resumes without stepping them twice.)"""
+        progress, step = self.progress, self.step
+        assert step is not None
+        self.data.ran_out()  # a checkpoint saved from here on resumes past this epoch's data
+        if self.validation.due(batch_idx, data_ended=True) and not progress.validated_last_batch:
+            step.check_nonfinite()
+            self.validation.run(zero_grad=step.window.ends(progress.batches_done - 1))
 
     def _batches(self, loader: Iterable[Any], data_skip: int, skip: int) -> Iterator[Any]:
         """The epoch's batches from ``skip`` up to ``limit_train_batches``, never one more: the loader is not

@@ -81,14 +81,17 @@ class FitValidation:
             shut_down_workers(previous)
         self.loaded, self.loaded_epoch = True, epoch
 
-    def due(self, batch_idx: int) -> bool:
-        """Lightning's rule for a validation after training batch ``batch_idx``."""
+    def due(self, batch_idx: int, data_ended: bool = False) -> bool:
+        """Lightning's rule for a validation after training batch ``batch_idx``; ``data_ended``: it was the last of an
+        epoch whose length was not known before (Lightning validates there whenever the epoch validates)."""
         trainer, progress = self.trainer, self.progress
         if not self.may_run():
             return False
         every = trainer.check_val_every_n_epoch
         if every is not None and (progress.epoch + 1) % every:
             return False
+        if data_ended:
+            return True
         if trainer.should_stop and self.can_stop():
             return True
         if isinstance(trainer.val_check_interval, timedelta):  # Lightning 2.6: once the time has passed

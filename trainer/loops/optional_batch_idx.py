@@ -5,6 +5,10 @@ Lightning passes ``batch_idx`` only to a step whose signature has room for it, a
 positional argument. Every loop and strategy here calls ``step(batch, batch_idx[, dataloader_idx=...])``, so for the
 duration of a stage such a step is shadowed on the instance by one that drops the index, or passes the loader's
 index positionally; a step that takes them by name costs nothing.
+
+A step written to pull its own batches (``training_step(self, dataloader_iter)``) is shadowed by one
+that refuses when first called: the loops here fetch each batch themselves, to count it for an exact
+resume and to stop at the batch limits, so such a step would be handed a batch and fail obscurely.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
+
+from trainer.exceptions import MisconfigurationException
 
 STEPS = ("training_step", "validation_step", "test_step", "predict_step")
 
@@ -50,6 +56,22 @@ def _without_batch_idx(step: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def takes_dataloader_iter(step: Callable[..., Any]) -> bool:
+    """Lightning's rule: a parameter named ``dataloader_iter``."""
+    return "dataloader_iter" in inspect.signature(step).parameters
+
+
+def _refusing_dataloader_iter(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise MisconfigurationException(
+            f"`{name}(self, dataloader_iter)` is not supported: steadytrain's loops fetch each batch themselves (to "
+            f"count it for an exact resume and to stop at the batch limits). Write `{name}(self, batch, batch_idx)`, "
+            "and give it several micro-batches at once through the DataLoader (its batch_size or collate_fn)."
+        )
+
+    return refuse
+
+
 @contextlib.contextmanager
 def batch_idx_optional(module: nn.Module) -> Iterator[None]:
     """Shadow each step that takes no ``batch_idx`` while a stage runs; the module is unchanged after."""
@@ -60,7 +82,10 @@ def batch_idx_optional(module: nn.Module) -> Iterator[None]:
         step = getattr(module, name, None)
         if not callable(step) or name in module.__dict__ or not written(module, name):
             continue  # Module's own default steps (``*args``) stay as they are: they say "not written"
-        if not takes_batch_idx(step):
+        if takes_dataloader_iter(step):
+            module.__dict__[name] = _refusing_dataloader_iter(name)
+            shadowed.append(name)
+        elif not takes_batch_idx(step):
             module.__dict__[name] = _without_batch_idx(step)
             shadowed.append(name)
         elif _takes_loader_idx_in_args(step):
