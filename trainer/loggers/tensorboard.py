@@ -50,6 +50,8 @@ class TensorBoardLogger(FolderLogger):
     for every key.
     """
 
+    NAME_HPARAMS_FILE = "hparams.yaml"  # beside the events, as Lightning's
+
     def __init__(self, save_dir: str = "runs", name: str = "lightning_logs", version: int | str | None = None) -> None:
         self.name = name
         self._folder = RunFolder(save_dir, name, version)

@@ -4,7 +4,7 @@ import ...`` finds it here."""
 
 from typing import Any
 
-from trainer.hparams import AttributeDict
+from trainer.hparams import AttributeDict, is_picklable
 from trainer.move import move_to_device as move_data_to_device
 from trainer.utilities.grads import grad_norm
 from trainer.utilities.memory import garbage_collection_cuda, is_oom_error
@@ -35,6 +35,7 @@ __all__ = [
     "grad_norm",
     "is_oom_error",
     "is_overridden",
+    "is_picklable",
     "isolate_rng",
     "move_data_to_device",
     "rank_prefixed_message",
