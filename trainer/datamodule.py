@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import types
-from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
-import trainer.hparams as hparams_lib
-from trainer.hparams import AttributeDict, HParams
+from trainer.hparams import HyperparametersMixin
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """Override ``setup`` and the ``*_dataloader`` methods you need; ``fit`` accepts it.
 
     ``setup(stage)`` is called on every rank before its loaders are asked for; stage is "fit",
@@ -18,28 +16,27 @@ class DataModule:
     module's.
     """
 
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: Sequence[str] | str | None = None,
-        frame: types.FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """As ``Module.save_hyperparameters``: ``self.hparams`` holds the ``__init__`` arguments (or those
-        named); the loggers get them at fit start, beside the module's."""
-        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
-    @property
-    def hparams(self) -> AttributeDict:
-        """What ``save_hyperparameters`` saved (``self.hparams.batch_size``); empty before."""
-        return self._hparams_state().values
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        weights_only: bool | None = None,
+        *,
+        trusted_classes: tuple[type, ...] = (),
+        **kwargs: Any,
+    ) -> Self:
+        """Rebuild the DataModule a fit used from the hyper-parameters its checkpoint saved (``kwargs`` override
+        them; ``hparams_file`` replaces them), then its ``load_state_dict``: Lightning's
+        ``LightningDataModule.load_from_checkpoint``. Read with ``weights_only=True`` unless told otherwise."""
+        from trainer.checkpoint.rebuild import load_datamodule
 
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        return hparams_lib.frozen(self._hparams_state().initial)
-
-    def _hparams_state(self) -> HParams:
-        return hparams_lib.state_of(self)
+        return load_datamodule(cls, checkpoint_path, map_location, hparams_file, weights_only, trusted_classes, kwargs)
 
     prepare_data_per_node: bool = True  # False: prepare_data on global rank zero only (a shared file system)
 

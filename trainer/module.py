@@ -8,7 +8,6 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -18,7 +17,7 @@ from torch import nn
 
 import trainer.hparams as hparams_lib
 from trainer.exceptions import MisconfigurationException
-from trainer.hparams import AttributeDict, HParams
+from trainer.hparams import HyperparametersMixin
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from trainer.view import TrainerView
 
 
-class Module(nn.Module):
+class Module(HyperparametersMixin, nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers`` (the rest is optional).
 
     The arguments of your ``__init__`` are recorded as ``self.hparams`` (or those you choose with
@@ -237,38 +236,6 @@ class Module(nn.Module):
         return optimization
 
     # ---- facts about the run -------------------------------------------------------------
-    # ---- hyper-parameters ----------------------------------------------------------------
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: Sequence[str] | str | None = None,
-        frame: types.FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """Choose what ``self.hparams`` holds, as Lightning does; checkpoints and loggers get it.
-
-        No ``args``: every ``__init__`` argument of this object on the call stack (base classes' and
-        subclasses'), less ``ignore``. Argument names: those only. One dict or argparse.Namespace: its
-        items (a checkpoint passes them back as that argument). ``frame``: the ``__init__`` frame to
-        start reading from. ``logger=False`` keeps them from the loggers. Values that are not plain
-        (modules, tensors) are left out of checkpoints with a warning: pass them to
-        ``load_from_checkpoint`` again, or ``ignore`` them.
-        """
-        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
-
-    @property
-    def hparams(self) -> AttributeDict:
-        """The hyper-parameters (``self.hparams.lr``); changes here go into checkpoints."""
-        return self._hparams_state().values
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        """A copy of the hyper-parameters as they were saved (what the loggers get at fit start)."""
-        return hparams_lib.frozen(self._hparams_state().initial)
-
-    def _hparams_state(self) -> HParams:
-        return hparams_lib.state_of(self)
-
     @property
     def trainer(self) -> TrainerView:
         trainer = self.__dict__.get("_trainer")
@@ -444,25 +411,47 @@ class Module(nn.Module):
             self.log(name, value, **kwargs)
 
     # ---- checkpoints ---------------------------------------------------------------------
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+
+    @property
+    def strict_loading(self) -> bool:
+        """Whether loading a checkpoint requires its keys to match this module's exactly (Lightning's
+        ``strict_loading``: set it False for a module that saves only part of its weights)."""
+        return self.__dict__.get("_strict_loading") in (None, True)
+
+    @strict_loading.setter
+    def strict_loading(self, strict_loading: bool) -> None:
+        object.__setattr__(self, "_strict_loading", strict_loading)
+
     @classmethod
     def load_from_checkpoint(
         cls,
-        path: str | Path,
-        map_location: str | torch.device = "cpu",
-        strict: bool = True,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        *,
         trusted_classes: tuple[type, ...] = (),
-        **overrides: Any,
+        **kwargs: Any,
     ) -> Self:
-        """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
+        """Rebuild the module from a checkpoint's hyper-parameters and weights, as Lightning does.
 
-        As in Lightning, saved values ``__init__`` does not take are dropped (unless it takes
-        ``**kwargs``). Values that were not plain are not in the checkpoint: pass them here. The file
-        is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A sharded
-        checkpoint directory (``strategy="fsdp"``) loads too, on one process.
+        ``kwargs`` override the saved hyper-parameters; like them, they reach ``__init__`` only where it takes
+        them (or takes ``**kwargs``). ``hparams_file`` (a ``.yaml`` or ``tags.csv``) replaces the saved ones.
+        ``strict`` (default: ``strict_loading``) requires the keys to match. ``map_location`` None keeps tensors
+        on the device they were saved from where this machine has it. The file is read with
+        ``weights_only=True`` (None means the same); ``trusted_classes`` allow-lists your own types, and
+        ``weights_only=False`` unpickles anything, for files you trust. A sharded checkpoint directory
+        (``strategy="fsdp"``) loads too, on one process.
         """
-        from trainer.checkpoint.rebuild import rebuild_module
+        from trainer.checkpoint.rebuild import load_module
 
-        return rebuild_module(cls, path, map_location, strict, trusted_classes, overrides)
+        return load_module(
+            cls, checkpoint_path, map_location, hparams_file, strict, weights_only, trusted_classes, kwargs
+        )
 
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""
