@@ -415,16 +415,6 @@ class Module(HyperparametersMixin, nn.Module):
     CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
-    @property
-    def strict_loading(self) -> bool:
-        """Whether loading a checkpoint requires its keys to match this module's exactly (Lightning's
-        ``strict_loading``: set it False for a module that saves only part of its weights)."""
-        return self.__dict__.get("_strict_loading") in (None, True)
-
-    @strict_loading.setter
-    def strict_loading(self, strict_loading: bool) -> None:
-        object.__setattr__(self, "_strict_loading", strict_loading)
-
     @classmethod
     def load_from_checkpoint(
         cls,

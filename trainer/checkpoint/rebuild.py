@@ -99,12 +99,13 @@ def load_module(
     if hparams_file is not None:
         checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY] = hparams_from_file(hparams_file)  # type: ignore[attr-defined]
     module: Any = build(cls, checkpoint, path, overrides)
-    if module.__dict__.get("_strict_loading") is not None and strict is not None and strict != module.strict_loading:
+    own = getattr(module, "strict_loading", True)  # Module.strict_loading, set in __init__ (stored as _strict_loading)
+    if module.__dict__.get("_strict_loading") is not None and strict is not None and strict != own:
         raise ValueError(
             f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
-            f"`{cls.__name__}.strict_loading={module.strict_loading!r}. Please set the same value for both of them."
+            f"`{cls.__name__}.strict_loading={own!r}. Please set the same value for both of them."
         )
-    strict = module.strict_loading if strict is None else strict
+    strict = bool(own if strict is None else strict)
     module.configure_model()
     module.on_load_checkpoint(checkpoint)
     state_dict = checkpoint.get("state_dict") or {}
