@@ -88,3 +88,36 @@ def test_datamodule_is_rebuilt_from_its_saved_hyper_parameters(tmp_path: Path) -
     assert torch.load(path, weights_only=True)["datamodule_hyper_parameters"] == {"batch_size": 2}
     assert Data.load_from_checkpoint(path).hparams.batch_size == 2
     assert Data.load_from_checkpoint(checkpoint_path=path, batch_size=8).hparams.batch_size == 8
+
+
+class Recorder:
+    """Logs as a Logger does without subclassing it (Lightning takes one); has no state_dict."""
+
+    save_dir = None
+    log_dir = None
+    name = "recorder"
+    version = 0
+
+    def __init__(self) -> None:
+        self.metrics: list[dict[str, float]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.metrics.append(dict(metrics))
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def save(self) -> None:
+        pass
+
+    def finalize(self, status: str) -> None:
+        pass
+
+
+def test_a_logger_that_does_not_subclass_logger_is_taken_and_checkpointed(tmp_path: Path) -> None:
+    recorder = Recorder()
+    run = quiet(tmp_path, max_steps=1, logger=recorder)
+    assert run.loggers == [recorder]
+    run.fit(Net(), loader(regression_data(8)))
+    run.save_checkpoint(tmp_path / "with_recorder.ckpt")
+    assert torch.load(tmp_path / "with_recorder.ckpt", weights_only=True)["loggers"] == [{}]

@@ -131,4 +131,6 @@ class MetricLog:
         """A logging point is complete (its metrics and whatever hooks logged beside them): send it as one row."""
         if self.loggers and self.strategy.is_global_zero:
             for lg in self.loggers:
-                lg.flush()
+                flush = getattr(lg, "flush", None)  # a logger shaped as Lightning's (no flush) sends each row itself
+                if flush is not None:
+                    flush()
