@@ -31,6 +31,7 @@ MODULES = {
     "lightning.pytorch.core.module": "trainer.module",
     "lightning.pytorch.core.optimizer": "trainer.optim",
     "lightning.pytorch.core.datamodule": "trainer.datamodule",
+    "lightning.pytorch.core.mixins": "trainer.hparams",
     "lightning.pytorch.core.saving": "trainer.saving",
     "lightning.pytorch.demos": "trainer.demos",
     "lightning.pytorch.loggers": "trainer.loggers",

@@ -104,7 +104,10 @@ def test_empty_config_is_a_no_op_and_primitives_are_refused() -> None:
             self.save_hyperparameters(given)
 
     assert Empty({}).hparams == {}
-    with pytest.raises(ValueError, match=r"takes argument names, a dict or an argparse\.Namespace, not int"):
+    with pytest.raises(
+        ValueError,
+        match=r"Primitives .* are not allowed: .*takes argument names, a dict or an argparse\.Namespace, not int",
+    ):
         Empty(3)
 
 
@@ -155,7 +158,7 @@ def test_modules_are_left_out_with_a_warning_and_passed_again(tmp_path: Path) ->
             super().__init__()
             self.backbone: torch.nn.Linear = backbone
 
-    with pytest.warns(UserWarning, match=r"\['backbone'\] of WithBackbone are nn.Modules.*ignore=\['backbone'\]"):
+    with pytest.warns(UserWarning, match=r"'backbone' is an instance of `nn.Module`.*ignore=\['backbone'\]"):
         module = WithBackbone(torch.nn.Linear(2, 2))
     with pytest.warns(UserWarning, match=r"WithBackbone.load_from_checkpoint\(path, backbone=\.\.\.\)"):
         path = checkpoint_of(module, tmp_path)
@@ -223,3 +226,42 @@ def test_loggers_get_the_initial_hparams_at_fit_start_unless_logger_false(log: b
     mem = Memory()
     quiet(tmp_path, max_steps=1, logger=mem).fit(Quiet(), loader(regression_data(8)))
     assert mem.params == ([{"features": 8}] if log else [])  # as Lightning: logger=False logs nothing
+
+
+# ---- Lightning's HyperparametersMixin and its rules at fit -----------------------------------------------------
+def test_your_own_class_gets_save_hyperparameters_from_the_mixin() -> None:
+    from trainer.hparams import HyperparametersMixin
+
+    class Settings(HyperparametersMixin):
+        def __init__(self, width: int, depth: int = 2) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    settings = Settings(16)
+    assert settings.hparams == {"width": 16, "depth": 2} and settings.hparams_initial == {"width": 16, "depth": 2}
+    assert isinstance(Base(), HyperparametersMixin) and issubclass(trainer.DataModule, HyperparametersMixin)
+
+
+def test_hparams_pickle_cannot_write_are_removed_at_fit_with_a_warning(tmp_path: Path) -> None:
+    class WithLambda(Base):
+        def __init__(self, act: Any = lambda x: x) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    module = WithLambda()
+    with pytest.warns(UserWarning, match=r"Attribute 'act' removed from hparams because it cannot be pickled"):
+        quiet(tmp_path, max_steps=1).fit(module, loader(regression_data(8)))
+    assert "act" not in module.hparams
+
+
+def test_module_and_datamodule_saving_one_name_with_two_values_is_refused(tmp_path: Path) -> None:
+    class Data(trainer.DataModule):
+        def __init__(self, lr: float = 0.5) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self) -> Any:
+            return loader(regression_data(8))
+
+    with pytest.raises(RuntimeError, match=r"Error while merging hparams: the keys \['lr'\] are present in both"):
+        quiet(tmp_path, max_steps=1, logger=Memory()).fit(Base(lr=0.1), datamodule=Data())

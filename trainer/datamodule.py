@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import inspect
 import os
-import types
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any, Self
 
-import trainer.hparams as hparams_lib
-from trainer.hparams import AttributeDict, HParams
+from trainer.hparams import HyperparametersMixin
 
 _LOADERS = (
     ("Train dataloader", "train_dataloader"),
@@ -20,7 +18,7 @@ _LOADERS = (
 )
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """Override ``setup`` and the ``*_dataloader`` methods you need; ``fit`` accepts it.
 
     ``setup(stage)`` is called on every rank before its loaders are asked for; stage is "fit",
@@ -28,34 +26,33 @@ class DataModule:
     module's.
     """
 
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
+
     trainer: Any = None  # the Trainer running it, from the first stage on
     name: str | None = None
 
     def __init__(self) -> None:
         self.trainer = None
 
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: Sequence[str] | str | None = None,
-        frame: types.FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """As ``Module.save_hyperparameters``: ``self.hparams`` holds the ``__init__`` arguments (or those
-        named); the loggers get them at fit start, beside the module's."""
-        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        weights_only: bool | None = None,
+        *,
+        trusted_classes: tuple[type, ...] = (),
+        **kwargs: Any,
+    ) -> Self:
+        """Rebuild the DataModule a fit used from the hyper-parameters its checkpoint saved (``kwargs`` override
+        them; ``hparams_file`` replaces them), then its ``load_state_dict``: Lightning's
+        ``LightningDataModule.load_from_checkpoint``. Read with ``weights_only=True`` unless told otherwise."""
+        from trainer.checkpoint.rebuild import load_datamodule
 
-    @property
-    def hparams(self) -> AttributeDict:
-        """What ``save_hyperparameters`` saved (``self.hparams.batch_size``); empty before."""
-        return self._hparams_state().values
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        return hparams_lib.frozen(self._hparams_state().initial)
-
-    def _hparams_state(self) -> HParams:
-        return hparams_lib.state_of(self)
+        return load_datamodule(cls, checkpoint_path, map_location, hparams_file, weights_only, trusted_classes, kwargs)
 
     prepare_data_per_node: bool = True  # False: prepare_data on global rank zero only (a shared file system)
 
@@ -127,28 +124,6 @@ class DataModule:
             if dataset is not None:
                 shuffle = method == "train_dataloader"
                 setattr(datamodule, method, _loaders_of(dataset, batch_size, num_workers, shuffle))
-        return datamodule
-
-    @classmethod
-    def load_from_checkpoint(
-        cls,
-        checkpoint_path: str | Path,
-        map_location: Any = None,
-        trusted_classes: tuple[type, ...] = (),
-        **kwargs: Any,
-    ) -> Self:
-        """This DataModule rebuilt from a checkpoint's ``datamodule_hyper_parameters`` (``kwargs`` win), with the
-        state its ``state_dict`` saved there, as Lightning's."""
-        from trainer.checkpoint.io import load_checkpoint
-
-        checkpoint = load_checkpoint(checkpoint_path, map_location or "cpu", trusted_classes)
-        saved = checkpoint.get("datamodule_hyper_parameters", {})
-        namespace = checkpoint.get("datamodule_hparams_type") == "Namespace"
-        name = checkpoint.get("datamodule_hparams_name")
-        init_kwargs, _ = hparams_lib.rebuild_kwargs(cls.__init__, saved, name, namespace)
-        datamodule = cls(**{**init_kwargs, **kwargs})
-        if cls.__qualname__ in checkpoint:
-            datamodule.load_state_dict(checkpoint[cls.__qualname__])
         return datamodule
 
     def __str__(self) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+_PRIMITIVES = (bool, int, float, str)
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
 
@@ -69,6 +70,42 @@ class HParams:
             self.initial = frozen(self.values)
 
 
+class HyperparametersMixin:
+    """``save_hyperparameters``, ``hparams`` and ``hparams_initial`` (Lightning's ``HyperparametersMixin``): the one
+    definition ``Module`` and ``DataModule`` share, and a base for your own classes that want them."""
+
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: Sequence[str] | str | None = None,
+        frame: types.FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
+        """Choose what ``self.hparams`` holds, as Lightning does; checkpoints and loggers get it.
+
+        No ``args``: every ``__init__`` argument of this object on the call stack (base classes' and
+        subclasses'), less ``ignore``. Argument names: those only. One dict or argparse.Namespace: its
+        items (a checkpoint passes them back as that argument). ``frame``: the ``__init__`` frame to
+        start reading from. ``logger=False`` keeps them from the loggers. Values that are not plain
+        (modules, tensors) are left out of checkpoints with a warning: pass them to
+        ``load_from_checkpoint`` again, or ``ignore`` them.
+        """
+        save_hyperparameters(self, args, ignore, frame, logger)
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The hyper-parameters (``self.hparams.lr``); changes here go into checkpoints."""
+        return self._hparams_state().values
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyper-parameters as they were saved (what the loggers get at fit start)."""
+        return frozen(self._hparams_state().initial)
+
+    def _hparams_state(self) -> HParams:
+        return state_of(self)
+
+
 def state_of(obj: Any) -> HParams:
     """The ``HParams`` a Module or DataModule keeps in its ``__dict__`` (made on first use; written
     there directly so ``nn.Module.__setattr__`` never sees it)."""
@@ -91,12 +128,27 @@ def save_hyperparameters(
     ignored = ignored_names(ignore)
     values, name, namespace = select(obj, collect_init_args(obj, frame), args, ignored)
     state.save(values, ignored, name, namespace, logger)
-    if modules := module_values(state.values):
+    for name in module_values(state.values):
         warnings.warn(
-            f"hyper-parameters {modules} of {type(obj).__name__} are nn.Modules: their weights are in the "
-            f"checkpoint already. Leave them out with save_hyperparameters(ignore={modules}).",
+            f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing. It is "
+            f"recommended to ignore them using `self.save_hyperparameters(ignore=[{name!r}])`.",
             stacklevel=3,
         )
+
+
+def drop_unpicklable(obj: Any) -> None:
+    """Lightning's rule at the start of ``fit``: hyper-parameters ``pickle`` cannot write (a lambda, an open
+    file) are removed from ``hparams``, each with a warning."""
+    if not state_of(obj).explicit:
+        return  # the automatic record: what a checkpoint cannot hold is named when it is saved
+    values = obj.hparams
+    for key in [k for k, v in values.items() if not is_picklable(v)]:
+        warnings.warn(
+            f"Attribute {key!r} removed from hparams because it cannot be pickled. You can suppress this warning by "
+            f"setting `self.save_hyperparameters(ignore=[{key!r}])`.",
+            stacklevel=2,
+        )
+        del values[key]
 
 
 # ---- reading ``__init__`` arguments -------------------------------------------------------------------
@@ -144,23 +196,34 @@ def _frame_args(frame: types.FrameType) -> dict[str, Any]:
     return found
 
 
-def _is_init_of(frame: types.FrameType, obj: Any) -> bool:
+def _is_init_of_hparams_owner(frame: types.FrameType, obj: Any) -> bool:
+    """An ``__init__`` frame whose ``self`` is ``obj`` or another object with hyper-parameters."""
     code = frame.f_code
     if code.co_name != "__init__" or code.co_argcount == 0:
         return False
-    return frame.f_locals.get(code.co_varnames[0]) is obj
+    owner = frame.f_locals.get(code.co_varnames[0])
+    return owner is obj or isinstance(owner, HyperparametersMixin)
+
+
+def _is_our_wrapper(frame: types.FrameType) -> bool:
+    """The frame of ``record_init_args``'s wrapper: it sits between a subclass's ``__init__`` and its base's."""
+    return frame.f_code.co_name == "wrapper" and frame.f_globals.get("__name__") == __name__
 
 
 def collect_init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
-    """Every ``__init__`` argument of ``obj`` on the stack from ``frame`` outwards; the subclass's win.
+    """The ``__init__`` arguments on the stack from ``frame`` outwards, by Lightning's rule; the outer win.
 
-    Frames are matched by their ``self`` being ``obj``, so wrappers and helpers in between do not
-    end the search, and objects built inside ``__init__`` do not leak their arguments in.
+    The ``__init__`` frames of objects with hyper-parameters that follow one another are read: the class
+    hierarchy's (``super().__init__(...)`` chains), and, as Lightning does, those of a Module or DataModule
+    whose ``__init__`` built this one. The first frame of anything else ends the chain, so a plain object
+    composing this one does not leak its arguments in.
     """
     found: list[dict[str, Any]] = []
     while frame is not None:
-        if _is_init_of(frame, obj):
+        if _is_init_of_hparams_owner(frame, obj):
             found.append(_frame_args(frame))
+        elif found and not _is_our_wrapper(frame):
+            break
         frame = frame.f_back
     merged: dict[str, Any] = {}
     for args in found:  # innermost (base class) first, so the outer (subclass) values win
@@ -175,12 +238,13 @@ def ignored_names(ignore: Sequence[str] | str | None) -> set[str]:
 def select(
     obj: Any, init_args: dict[str, Any], args: tuple[Any, ...], ignored: set[str]
 ) -> tuple[dict[str, Any], str | None, bool]:
-    """What ``save_hyperparameters(*args, ignore=...)`` saves, the ``__init__`` argument it came from
-    (a dict or Namespace passed whole) and whether it was a Namespace."""
+    """What ``save_hyperparameters(*args, ignore=...)`` saves, the name Lightning records for it (the ``__init__``
+    argument a dict or Namespace passed whole came from, or ``"kwargs"`` for arguments saved by name) and whether
+    it was a Namespace."""
     init_args = {k: v for k, v in init_args.items() if k not in ignored}
     objects = [a for a in args if not isinstance(a, str)]
     if not args:
-        return init_args, None, False
+        return init_args, "kwargs" if init_args else None, False
     if len(objects) == 1:
         given = objects[0]
         name = next((k for k, v in init_args.items() if v is given), None)
@@ -191,7 +255,7 @@ def select(
             f"save_hyperparameters{tuple(args)!r}: {missing} are not __init__ arguments of {type(obj).__name__} "
             f"(it has {sorted(init_args)})."
         )
-    return {a: init_args[a] for a in args if isinstance(a, str)}, None, False
+    return {a: init_args[a] for a in args if isinstance(a, str)}, "kwargs", False
 
 
 def as_dict(hp: Any) -> dict[str, Any]:
@@ -200,9 +264,25 @@ def as_dict(hp: Any) -> dict[str, Any]:
         return dict(vars(hp))
     if isinstance(hp, Mapping):
         return dict(hp)
+    if isinstance(hp, _PRIMITIVES):
+        raise ValueError(
+            f"Primitives {_PRIMITIVES} are not allowed: save_hyperparameters() takes argument names, a dict or an "
+            f"argparse.Namespace, not {type(hp).__name__} ({hp!r})."
+        )
     raise ValueError(
         f"save_hyperparameters() takes argument names, a dict or an argparse.Namespace, not {type(hp).__name__}."
     )
+
+
+def is_picklable(obj: object) -> bool:
+    """Whether ``pickle`` can write ``obj`` (Lightning's ``utilities.parsing.is_picklable``)."""
+    import pickle
+
+    try:
+        pickle.dumps(obj)
+    except (pickle.PickleError, AttributeError, RuntimeError, TypeError):
+        return False
+    return True
 
 
 def frozen(hparams: Mapping[str, Any]) -> AttributeDict:
@@ -271,17 +351,18 @@ def dropped_warning(dropped: list[str], cls_name: str) -> str:
 
 
 def rebuild_kwargs(
-    init: Any, saved: dict[str, Any], name: str | None, namespace: bool
+    init: Any, saved: dict[str, Any], name: str | None, namespace: bool, overrides: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """The keywords to rebuild a module with from saved hyper-parameters, and the saved names dropped.
+    """The keywords to rebuild an object with from saved hyper-parameters, and the names dropped.
 
-    As Lightning: values ``__init__`` does not take are dropped unless it takes ``**kwargs``, and a
-    dict or Namespace saved whole goes back as the argument it came from.
+    As Lightning: a dict or Namespace saved whole goes back as the argument it came from, the ``overrides`` are
+    also passed as keywords, and what ``__init__`` does not take is dropped unless it takes ``**kwargs``.
     """
     params = list(inspect.signature(init).parameters.values())[1:]
     takes = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    if name is not None and name in takes:
-        return {name: Namespace(**saved) if namespace else saved}, []
+    whole = name is not None and name in takes
+    loaded: dict[str, Any] = {str(name): Namespace(**saved) if namespace else saved} if whole else dict(saved)
+    merged: dict[str, Any] = {**loaded, **(overrides or {})}
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        return dict(saved), []
-    return {k: v for k, v in saved.items() if k in takes}, sorted(set(saved) - takes)
+        return merged, []
+    return {k: v for k, v in merged.items() if k in takes}, sorted(set(merged) - takes)

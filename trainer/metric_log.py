@@ -135,4 +135,6 @@ class MetricLog:
         (``save``, Lightning's name, which a steadytrain logger implements as ``flush``)."""
         if self.loggers and self.strategy.is_global_zero:
             for lg in self.loggers:
-                lg.save()
+                save = getattr(lg, "save", None)  # a logger shaped as Lightning's may lack it: it sends each row
+                if save is not None:
+                    save()

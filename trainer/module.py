@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from io import BytesIO
@@ -22,7 +21,7 @@ from torch import nn
 
 import trainer.hparams as hparams_lib
 from trainer.exceptions import MisconfigurationException
-from trainer.hparams import AttributeDict, HParams
+from trainer.hparams import HyperparametersMixin
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from trainer.view import TrainerView
 
 
-class Module(nn.Module):
+class Module(HyperparametersMixin, nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers`` (the rest is optional).
 
     The arguments of your ``__init__`` are recorded as ``self.hparams`` (or those you choose with
@@ -306,38 +305,6 @@ class Module(nn.Module):
         return optimization
 
     # ---- facts about the run -------------------------------------------------------------
-    # ---- hyper-parameters ----------------------------------------------------------------
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: Sequence[str] | str | None = None,
-        frame: types.FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """Choose what ``self.hparams`` holds, as Lightning does; checkpoints and loggers get it.
-
-        No ``args``: every ``__init__`` argument of this object on the call stack (base classes' and
-        subclasses'), less ``ignore``. Argument names: those only. One dict or argparse.Namespace: its
-        items (a checkpoint passes them back as that argument). ``frame``: the ``__init__`` frame to
-        start reading from. ``logger=False`` keeps them from the loggers. Values that are not plain
-        (modules, tensors) are left out of checkpoints with a warning: pass them to
-        ``load_from_checkpoint`` again, or ``ignore`` them.
-        """
-        hparams_lib.save_hyperparameters(self, args, ignore, frame, logger)
-
-    @property
-    def hparams(self) -> AttributeDict:
-        """The hyper-parameters (``self.hparams.lr``); changes here go into checkpoints."""
-        return self._hparams_state().values
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        """A copy of the hyper-parameters as they were saved (what the loggers get at fit start)."""
-        return hparams_lib.frozen(self._hparams_state().initial)
-
-    def _hparams_state(self) -> HParams:
-        return hparams_lib.state_of(self)
-
     @property
     def trainer(self) -> TrainerView:
         trainer = self.__dict__.get("_trainer")
@@ -585,27 +552,37 @@ class Module(nn.Module):
         return to_tensorrt(self, file_path, input_sample, ir, output_format, retrace, default_device, **compile_kwargs)
 
     # ---- checkpoints ---------------------------------------------------------------------
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+
     @classmethod
     def load_from_checkpoint(
         cls,
-        path: str | Path,
+        checkpoint_path: str | Path,
         map_location: Any = None,
+        hparams_file: str | Path | None = None,
         strict: bool | None = None,
+        weights_only: bool | None = None,
+        *,
         trusted_classes: tuple[type, ...] = (),
-        **overrides: Any,
+        **kwargs: Any,
     ) -> Self:
-        """Rebuild the module from a checkpoint's hyper-parameters (``overrides`` win) and weights.
+        """Rebuild the module from a checkpoint's hyper-parameters and weights, as Lightning does.
 
-        As in Lightning, saved values ``__init__`` does not take are dropped (unless it takes
-        ``**kwargs``); ``configure_model`` (where overridden) and ``on_load_checkpoint`` run before the weights
-        load; ``map_location=None`` keeps the weights on the device they were saved from where it exists (else the
-        CPU); ``strict=None`` follows ``strict_loading``. Values that were not plain are not in the checkpoint: pass
-        them here. The file is read with ``weights_only=True``; ``trusted_classes`` allow-lists your own types. A
-        sharded checkpoint directory (``strategy="fsdp"``) loads too, on one process.
+        ``kwargs`` override the saved hyper-parameters; like them, they reach ``__init__`` only where it takes
+        them (or takes ``**kwargs``). ``hparams_file`` (a ``.yaml`` or ``tags.csv``) replaces the saved ones.
+        ``strict`` (default: ``strict_loading``) requires the keys to match. ``map_location`` None keeps tensors
+        on the device they were saved from where this machine has it. The file is read with
+        ``weights_only=True`` (None means the same); ``trusted_classes`` allow-lists your own types, and
+        ``weights_only=False`` unpickles anything, for files you trust. A sharded checkpoint directory
+        (``strategy="fsdp"``) loads too, on one process.
         """
-        from trainer.checkpoint.rebuild import rebuild_module
+        from trainer.checkpoint.rebuild import load_module
 
-        return rebuild_module(cls, path, map_location, strict, trusted_classes, overrides, _before_weights)
+        return load_module(
+            cls, checkpoint_path, map_location, hparams_file, strict, weights_only, trusted_classes, kwargs
+        )
 
     def primitive_hparams(self) -> dict[str, Any]:
         """The hyper-parameters a weights-only checkpoint can hold (others are named, not stored)."""
@@ -625,13 +602,3 @@ def written(module: Any, name: str) -> bool:
     if isinstance(module, Module):
         return overrides(module, name, Module)
     return callable(getattr(module, name, None))
-
-
-def _before_weights(module: Module, checkpoint: dict[str, Any]) -> None:
-    """Lightning's order in ``load_from_checkpoint``: layers built in ``configure_model`` exist, then
-    ``on_load_checkpoint`` sees the checkpoint, then the weights load."""
-    from trainer.overrides import overrides
-
-    if overrides(module, "configure_model", Module):
-        module.configure_model()
-    module.on_load_checkpoint(checkpoint)

@@ -96,6 +96,7 @@ class TrainerState:
     stage: RunningStage | None = None  # inside it; None once it ends
     ckpt_path: str | None = None  # what the last fit/validate/test/predict loaded; still set after it ends
     chosen: str | None = None  # ``trainer.ckpt_path = ...``: loaded by each later stage given no ckpt_path
+    weights_only: bool | None = None  # how the running stage reads its checkpoint (None: weights_only=True)
 
     @property
     def finished(self) -> bool:
@@ -127,6 +128,10 @@ class TrainerState:
             )
             self.chosen = None
         return given
+
+    def read_with(self, weights_only: bool | None) -> None:
+        """``fit/validate/test/predict(weights_only=...)``: how the checkpoint of the stage called is read."""
+        self.weights_only = weights_only
 
     def start(self, fn: str) -> None:
         """A fit/validate/test/predict starts; it has loaded no checkpoint yet."""

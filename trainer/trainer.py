@@ -606,16 +606,19 @@ class Trainer:
         val_dataloaders: DataLoader[Any] | Iterable[Any] | Sequence[Iterable[Any]] | None = None,
         datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool | None = None,
     ) -> None:
         """Train ``model``; ``ckpt_path`` resumes exactly ("last" = newest complete checkpoint).
 
         Loaders are DataLoaders or any other iterable of batches (one rank, or sharded by you);
-        a list or dict of val loaders means several loaders, not a list of batches.
+        a list or dict of val loaders means several loaders, not a list of batches. The checkpoint is read
+        with ``torch.load(weights_only=True)`` unless ``weights_only=False`` (for a file you trust).
         """
         from trainer.data.resolve import is_datamodule
 
         if is_datamodule(train_dataloaders):
             datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
+        self.state.read_with(weights_only)
         self.fit_loop.run(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
@@ -625,10 +628,12 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
         verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over every sample once; returns each loader's epoch metrics."""
         from trainer.loops.stages import evaluate
 
+        self.state.read_with(weights_only)
         return evaluate(self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def test(
@@ -638,10 +643,12 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
         verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over every sample once; returns each loader's epoch metrics."""
         from trainer.loops.stages import evaluate
 
+        self.state.read_with(weights_only)
         return evaluate(self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def predict(
@@ -651,11 +658,13 @@ class Trainer:
         datamodule: DataModule | None = None,
         return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool | None = None,
     ) -> list[Any] | None:
         """``predict_step`` outputs for this rank's share of the samples (one list per loader when
         several); None with ``return_predictions=False``."""
         from trainer.loops.stages import predict
 
+        self.state.read_with(weights_only)
         return predict(self, model, dataloaders, datamodule, return_predictions, ckpt_path)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:

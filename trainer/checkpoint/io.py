@@ -173,14 +173,17 @@ def to_safe(obj: Any) -> Any:
     return obj
 
 
-def load_checkpoint(path: PathLike, map_location: Any = "cpu", trusted_classes: Sequence[type] = ()) -> dict[str, Any]:
-    """Load with ``weights_only=True``; ``trusted_classes`` allowlists your own classes for this call."""
+def load_checkpoint(
+    path: PathLike, map_location: Any = "cpu", trusted_classes: Sequence[type] = (), weights_only: bool | None = True
+) -> dict[str, Any]:
+    """Load with ``weights_only=True`` (None means the same); ``trusted_classes`` allowlists your own classes for
+    this call. ``weights_only=False`` unpickles anything the file holds: only for files you trust."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Checkpoint not found: {path}")
     with torch.serialization.safe_globals(list(trusted_classes)):
         try:
-            obj = load_verified(path, map_location)
+            obj = load_verified(path, map_location, weights_only=weights_only is not False)
         except pickle.UnpicklingError as err:
             raise _unpickling_error(path, err) from err
         except (PermissionError, IsADirectoryError, FileNotFoundError, CheckpointError):

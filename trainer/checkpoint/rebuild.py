@@ -1,92 +1,154 @@
-"""Rebuilding a module from a checkpoint: its class's ``__init__`` from the saved hyper-parameters,
-then its weights (``Module.load_from_checkpoint``)."""
+"""``load_from_checkpoint`` of a Module or a DataModule: its class's ``__init__`` from the saved hyper-parameters
+(or an ``hparams_file``), the keywords given winning, then its state, as Lightning loads them."""
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from torch import nn
 
 import trainer.hparams as hparams_lib
-from trainer.checkpoint.io import CheckpointError, extract_state_dict, load_checkpoint, load_weights
+from trainer.checkpoint.io import CheckpointError, load_checkpoint, load_weights
 from trainer.checkpoint.sharded import load_sharded
 
-M = TypeVar("M", bound=nn.Module)
+T = TypeVar("T")
+
+PAST_HPARAMS_KEYS = ("hparams", "module_arguments")  # where Lightning 0.7 kept them, oldest first
 
 
-def rebuild_module(
-    cls: type[M],
-    path: str | Path,
-    map_location: Any,
-    strict: bool | None,
-    trusted_classes: tuple[type, ...],
-    overrides: dict[str, Any],
-    before_weights: Callable[[M, dict[str, Any]], None] | None = None,
-) -> M:
-    """``cls(**saved hyper-parameters, **overrides)`` with the checkpoint's weights loaded; an error
-    names the class that wrote the checkpoint when this one cannot take its arguments or weights.
-
-    As Lightning's: ``map_location=None`` keeps each tensor on the device it was saved from where that device
-    exists (else the CPU) and the module ends there; ``strict=None`` is the module's ``strict_loading``;
-    ``before_weights(module, checkpoint)`` runs before the weights load (``Module``: ``configure_model`` and
-    ``on_load_checkpoint``)."""
-    if Path(path).is_dir():  # a sharded (FSDP) checkpoint: read whole, on this process
-        checkpoint = load_sharded(path)
-    else:
-        location = _available_device if map_location is None else map_location
-        checkpoint = load_checkpoint(path, map_location=location, trusted_classes=trusted_classes)
-    saved = checkpoint.get("hyper_parameters", checkpoint.get("hparams", {}))
-    namespace = checkpoint.get("hparams_type") == "Namespace"
-    kwargs, dropped = hparams_lib.rebuild_kwargs(cls.__init__, saved, checkpoint.get("hparams_name"), namespace)
-    written_by = checkpoint.get("module_class", "an unknown class")
-    writer = f"the checkpoint was written by {written_by} with hyper-parameters {sorted(saved)}"
-    try:
-        module = cls(**{**kwargs, **overrides})
-    except TypeError as err:
-        raise TypeError(
-            f"{cls.__name__}.load_from_checkpoint({str(path)!r}): {writer}, and {cls.__name__}.__init__ does not "
-            f"take them ({err}). Load it with that class, or pass the arguments yours needs as keywords."
-        ) from err
-    strict = _strictness(module, strict)
-    if before_weights is not None:
-        before_weights(module, checkpoint)
-    if not checkpoint.get("state_dict", True):  # saved empty (Lightning's warning; nothing to load)
-        warnings.warn(f"The state dict in {str(path)!r} contains no parameters.", UserWarning, stacklevel=3)
-        return module
-    try:
-        load_weights(module, checkpoint, strict=strict)
-    except CheckpointError as err:
-        if written_by == f"{cls.__module__}.{cls.__qualname__}":
-            raise
-        unused = f" ({dropped} dropped: {cls.__name__}.__init__ does not take them)" if dropped else ""
-        raise CheckpointError(f"{err} Note: {writer}{unused}; load it with that class.") from err
-    if map_location is None:
-        tensors = (t for t in extract_state_dict(checkpoint).values() if isinstance(t, torch.Tensor))
-        module.to(next(tensors, torch.tensor(0)).device)
-    return module
-
-
-def _available_device(storage: Any, location: str) -> Any:
-    """torch.load's ``map_location``: a tensor stays on the device it was saved from, unless that device is
-    missing here (then the CPU)."""
-    if location.startswith("cuda") and not torch.cuda.is_available():
-        return storage.cpu()
-    if location.startswith("mps") and not torch.backends.mps.is_available():
-        return storage.cpu()
+def default_map_location(storage: Any, location: str) -> Any:
+    """Lightning's default: tensors stay on the device they were saved from, or come to the CPU when this
+    machine has no such device (a GPU checkpoint on a CPU-only machine)."""
+    device_type = location.split(":")[0]
+    if device_type in ("cuda", "mps", "xla", "xpu", "hpu"):
+        backend = getattr(torch, device_type, None)
+        if backend is None or not getattr(backend, "is_available", lambda: False)():
+            return storage.cpu()
     return None
 
 
-def _strictness(module: nn.Module, strict: bool | None) -> bool:
-    """``strict`` given, else the module's ``strict_loading``; both given and different is an error."""
-    chosen = getattr(module, "__dict__", {}).get("_strict_loading")
-    own = getattr(module, "strict_loading", True)
-    if chosen is not None and strict is not None and strict != own:
+def read_for_loading(
+    path: str | Path, map_location: Any, weights_only: bool | None, trusted_classes: tuple[type, ...]
+) -> dict[str, Any]:
+    """The checkpoint's dict: a file (read with ``weights_only=True`` unless told otherwise), or a sharded
+    (FSDP) directory read whole on this process."""
+    if Path(path).is_dir():
+        return load_sharded(path)
+    location = default_map_location if map_location is None else map_location
+    return load_checkpoint(path, map_location=location, trusted_classes=trusted_classes, weights_only=weights_only)
+
+
+def hparams_from_file(hparams_file: str | os.PathLike[str]) -> dict[str, Any]:
+    """The hyper-parameters in a ``.yaml``/``.yml`` or Lightning 0.x ``tags.csv`` file, replacing the
+    checkpoint's."""
+    from trainer.saving import load_hparams_from_tags_csv, load_hparams_from_yaml
+
+    extension = str(hparams_file).rsplit(".", 1)[-1].lower()
+    if extension == "csv":
+        return load_hparams_from_tags_csv(hparams_file)
+    if extension in ("yml", "yaml"):
+        return dict(load_hparams_from_yaml(hparams_file))
+    raise ValueError(f".csv, .yml or .yaml is required for `hparams_file`; got {str(hparams_file)!r}.")
+
+
+def saved_hparams(cls: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters the checkpoint holds for ``cls`` (a Module's under Lightning 0.7's keys too)."""
+    key = cls.CHECKPOINT_HYPER_PARAMS_KEY
+    saved: dict[str, Any] = {}
+    if key == "hyper_parameters":
+        for past in PAST_HPARAMS_KEYS:
+            saved.update(checkpoint.get(past) or {})
+    saved.update(checkpoint.get(key) or {})
+    return saved
+
+
+def build(cls: type[T], checkpoint: dict[str, Any], path: Any, overrides: dict[str, Any]) -> T:
+    """``cls(**saved hyper-parameters updated with overrides)``; keywords ``__init__`` does not take are dropped
+    unless it takes ``**kwargs`` (Lightning's rule). An error names the class that wrote the checkpoint."""
+    saved = {**saved_hparams(cls, checkpoint), **overrides}
+    name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)  # type: ignore[attr-defined]
+    namespace = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_TYPE) == "Namespace"  # type: ignore[attr-defined]
+    kwargs, _ = hparams_lib.rebuild_kwargs(cls.__init__, saved, name, namespace, overrides)
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        written_by = checkpoint.get("module_class", "an unknown class")
+        raise TypeError(
+            f"{cls.__name__}.load_from_checkpoint({str(path)!r}): the checkpoint was written by {written_by} with "
+            f"hyper-parameters {sorted(saved)}, and {cls.__name__}.__init__ does not take them ({err}). Load it with "
+            "that class, or pass the arguments yours needs as keywords."
+        ) from err
+
+
+def load_module(
+    cls: type[T],
+    path: str | Path,
+    map_location: Any,
+    hparams_file: str | os.PathLike[str] | None,
+    strict: bool | None,
+    weights_only: bool | None,
+    trusted_classes: tuple[type, ...],
+    overrides: dict[str, Any],
+) -> T:
+    """``Module.load_from_checkpoint``: built, ``configure_model``, ``on_load_checkpoint``, then the weights (with
+    ``strict``, or the module's ``strict_loading``), on the device the weights were read to."""
+    checkpoint = read_for_loading(path, map_location, weights_only, trusted_classes)
+    if hparams_file is not None:
+        checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY] = hparams_from_file(hparams_file)  # type: ignore[attr-defined]
+    module: Any = build(cls, checkpoint, path, overrides)
+    own = getattr(module, "strict_loading", True)  # Module.strict_loading, set in __init__ (stored as _strict_loading)
+    if module.__dict__.get("_strict_loading") is not None and strict is not None and strict != own:
         raise ValueError(
             f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
-            f"`{type(module).__name__}.strict_loading={own!r}. Please set the same value for both of them."
+            f"`{cls.__name__}.strict_loading={own!r}. Please set the same value for both of them."
         )
-    return bool(own if strict is None else strict)
+    strict = bool(own if strict is None else strict)
+    module.configure_model()
+    module.on_load_checkpoint(checkpoint)
+    state_dict = checkpoint.get("state_dict") or {}
+    try:
+        missing, unexpected = load_weights(module, checkpoint, strict=strict)
+    except CheckpointError as err:
+        written_by = checkpoint.get("module_class")
+        if written_by in (None, f"{cls.__module__}.{cls.__qualname__}"):
+            raise
+        saved = sorted(saved_hparams(cls, checkpoint))
+        note = (
+            f" Note: the checkpoint was written by {written_by} with hyper-parameters {saved}; load it with that class."
+        )
+        raise CheckpointError(f"{err}{note}") from err
+    if not strict and missing:
+        warnings.warn(f"Found keys that are in the model state dict but not in the checkpoint: {missing}", stacklevel=3)
+    if not strict and unexpected:
+        warnings.warn(
+            f"Found keys that are not in the model state dict but in the checkpoint: {unexpected}", stacklevel=3
+        )
+    if not state_dict:
+        warnings.warn(f"The state dict in {str(path)!r} contains no parameters.", stacklevel=3)
+        return module  # type: ignore[no-any-return]
+    first = next((t for t in state_dict.values() if isinstance(t, torch.Tensor)), None)
+    return module.to(first.device) if first is not None else module  # type: ignore[no-any-return]
+
+
+def load_datamodule(
+    cls: type[T],
+    path: str | Path,
+    map_location: Any,
+    hparams_file: str | os.PathLike[str] | None,
+    weights_only: bool | None,
+    trusted_classes: tuple[type, ...],
+    overrides: dict[str, Any],
+) -> T:
+    """``DataModule.load_from_checkpoint``: built from the DataModule's saved hyper-parameters, then its
+    ``load_state_dict`` with the state saved under its class name (as Lightning saves it)."""
+    checkpoint = read_for_loading(path, map_location, weights_only, trusted_classes)
+    if hparams_file is not None:
+        checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY] = hparams_from_file(hparams_file)  # type: ignore[attr-defined]
+    datamodule: Any = build(cls, checkpoint, path, overrides)
+    state = checkpoint.get(type(datamodule).__qualname__)
+    if state:
+        datamodule.load_state_dict(state)
+    return datamodule  # type: ignore[no-any-return]

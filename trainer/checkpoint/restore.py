@@ -152,7 +152,8 @@ class _Loggers:
         self.trainer = trainer
 
     def state_dict(self) -> list[dict[str, Any]]:
-        return [lg.state_dict() for lg in self.trainer.loggers]
+        states: list[Any] = [getattr(lg, "state_dict", dict)() for lg in self.trainer.loggers]
+        return [state if isinstance(state, dict) else {} for state in states]  # a logger of Lightning's kind: none
 
     def load_state_dict(self, state: list[dict[str, Any]]) -> None:
         for lg, lg_state in zip(self.trainer.loggers, state):

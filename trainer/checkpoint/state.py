@@ -73,6 +73,7 @@ def build_checkpoint(trainer: TrainerView, weights_only: bool = False) -> Checkp
         "versions": {"torch": str(torch.__version__), "steadytrain": _version()},
     }
     _hparams_origin(checkpoint, module)
+    _datamodule_parts(checkpoint, trainer)
     if weights_only:
         return checkpoint
     parts = states_now(trainer, _WRITTEN)  # the parts read_ours (below) gives back, asked in their order since 0.1
@@ -115,6 +116,24 @@ def _hparams_origin(checkpoint: Checkpoint, module: Any) -> None:
             checkpoint["hparams_type"] = "Namespace"
 
 
+def _datamodule_parts(checkpoint: Checkpoint, trainer: TrainerView) -> None:
+    """As Lightning saves them: the DataModule's saved hyper-parameters (``DataModule.load_from_checkpoint`` builds
+    it from them)."""
+    from trainer.hparams import plain_values
+
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is None:
+        return
+    state = datamodule._hparams_state() if hasattr(datamodule, "_hparams_state") else None
+    if state is not None and state.values:
+        extra: Any = checkpoint  # keys named by the DataModule class
+        extra[datamodule.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(state.values)[0]
+        if state.name is not None:
+            extra[datamodule.CHECKPOINT_HYPER_PARAMS_NAME] = state.name
+            if state.namespace:
+                extra[datamodule.CHECKPOINT_HYPER_PARAMS_TYPE] = "Namespace"
+
+
 def _version() -> str:
     from trainer.version import __version__
 
@@ -124,7 +143,7 @@ def _version() -> str:
 # ---- reading: a reader per schema gives one state per part of ``trainer.checkpoint.restore`` ---------------
 def read_checkpoint(trainer: TrainerView, path: Path) -> dict[str, Any]:
     """Load the file (weights_only) and bring an older format to this one."""
-    return _upgrade(trainer.strategy.load_checkpoint(path))
+    return _upgrade(trainer.strategy.load_checkpoint(path, weights_only=trainer.state.weights_only))
 
 
 def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:

@@ -230,7 +230,7 @@ def mismatches(fd: int, records: list[Record]) -> list[Record]:
     return bad
 
 
-def load_verified(path: Path, map_location: Any) -> Any:
+def load_verified(path: Path, map_location: Any, weights_only: bool = True) -> Any:
     """``torch.load(path, weights_only=True)``, each record checked; ``CheckpointError`` names damaged ones."""
     import torch
 
@@ -241,9 +241,9 @@ def load_verified(path: Path, map_location: Any) -> Any:
         except (zipfile.BadZipFile, ValueError, KeyError, EOFError):
             records = None  # not a readable zip: torch.load says what is wrong with it
         if not records:
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
         try:
-            obj = torch.load(VerifyingReader(f, records), map_location=map_location, weights_only=True)  # type: ignore[arg-type]
+            obj = torch.load(VerifyingReader(f, records), map_location=map_location, weights_only=weights_only)  # type: ignore[arg-type]
         except Exception as err:
             for record in records:
                 record.seen = None  # read everything again: damage may be why it failed

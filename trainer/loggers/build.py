@@ -28,8 +28,9 @@ def build_loggers(
     if logger is False or logger is None:
         return []
     if logger is not True:
-        loggers = [logger] if isinstance(logger, Logger) else list(logger)
-        bad = [type(lg).__name__ for lg in loggers if not isinstance(lg, Logger)]
+        one = isinstance(logger, Logger) or (not isinstance(logger, (list, tuple)) and _duck_logger(logger))
+        loggers: list[Logger] = [logger] if one else list(logger)  # type: ignore[list-item, arg-type]
+        bad = [type(lg).__name__ for lg in loggers if not (isinstance(lg, Logger) or _duck_logger(lg))]
         if bad:
             raise TypeError(f"logger= takes True/False, a Logger or a list of them; got {', '.join(bad)}.")
     if fast_dev_run:
@@ -45,3 +46,8 @@ def build_loggers(
 
         return [CSVLogger(save_dir=default_root_dir, name="lightning_logs")]
     return loggers
+
+
+def _duck_logger(obj: object) -> bool:
+    """An object that logs as a Logger does without subclassing it (Lightning takes one: a test's mock, say)."""
+    return all(callable(getattr(obj, name, None)) for name in ("log_metrics", "log_hyperparams"))

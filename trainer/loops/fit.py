@@ -127,12 +127,14 @@ class FitLoop:
         from trainer.checkpoint.elastic import fit_checkpoint_path
         from trainer.checkpoint.restore import Phase
         from trainer.checkpoint.state import open_checkpoint
+        from trainer.hparams import drop_unpicklable
 
         trainer = self.trainer
         strategy = trainer.strategy
         if trainer.compile:
             module.compile()  # in place: state_dict keys stay free of "_orig_mod."
         module.configure_model()
+        drop_unpicklable(module)  # Lightning's: what pickle cannot write leaves hparams, with a warning
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
         sanity = path is None and trainer.num_sanity_val_steps != 0
         early_val = self.data.setup(module, train, val, datamodule, sanity_check=sanity)

@@ -237,7 +237,7 @@ class Strategy(ABC):
         """Put a checkpoint's weights into the user's module (before ``setup_module`` wraps it)."""
         from trainer.checkpoint.io import load_weights
 
-        load_weights(module, checkpoint, strict=True)
+        load_weights(module, checkpoint, strict=getattr(module, "strict_loading", True))
 
     def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Collective: every rank built the same checkpoint; global rank zero writes it atomically."""
@@ -247,8 +247,9 @@ class Strategy(ABC):
             save_checkpoint(dict(checkpoint), path)
         self.barrier()
 
-    def load_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Read a checkpoint on every rank (weights_only; tensors on the CPU), a file or a sharded directory.
+    def load_checkpoint(self, path: Path, weights_only: bool | None = True) -> dict[str, Any]:
+        """Read a checkpoint on every rank (weights_only unless False; tensors on the CPU), a file or a sharded
+        directory.
 
         A sharded directory (FSDP's) is read whole, in full tensors, so it loads into any strategy and world size.
         """
@@ -257,7 +258,7 @@ class Strategy(ABC):
 
         if Path(path).is_dir():
             return load_sharded(path)
-        return load_checkpoint(path, map_location="cpu")
+        return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.root_device}, world_size={self.world_size})"

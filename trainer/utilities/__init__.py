@@ -4,7 +4,7 @@ import ...`` finds it here."""
 
 from typing import Any
 
-from trainer.hparams import AttributeDict
+from trainer.hparams import AttributeDict, is_picklable
 from trainer.move import move_to_device as move_data_to_device
 from trainer.utilities.enums import GradClipAlgorithmType
 from trainer.utilities.grads import grad_norm
@@ -68,7 +68,7 @@ def __getattr__(name: str) -> Any:
         from trainer.data.combined import CombinedLoader
 
         return CombinedLoader
-    if name in ("find_shared_parameters", "set_shared_parameters", "is_picklable"):
+    if name in ("find_shared_parameters", "set_shared_parameters"):
         import trainer.utilities.parameters as parameters
 
         return getattr(parameters, name)

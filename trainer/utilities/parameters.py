@@ -1,10 +1,7 @@
-"""Lightning's ``utilities.parameter_tying`` and ``utilities.parsing.is_picklable``: which parameters a module
-shares between its layers (a tied embedding and output layer), tying them again after a copy or a load broke
-the tie, and whether a value survives ``pickle`` (what a spawned process or a checkpoint's hparams need)."""
+"""Lightning's ``utilities.parameter_tying``: which parameters a module shares between its layers (a tied
+embedding and output layer), and tying them again after a copy or a load broke the tie."""
 
 from __future__ import annotations
-
-import pickle
 
 from torch import nn
 
@@ -27,13 +24,4 @@ def set_shared_parameters(module: nn.Module, shared_params: list[list[str]]) -> 
     return module
 
 
-def is_picklable(obj: object) -> bool:
-    """Whether ``pickle.dumps(obj)`` works."""
-    try:
-        pickle.dumps(obj)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
-        return False
-    return True
-
-
-__all__ = ["find_shared_parameters", "is_picklable", "set_shared_parameters"]
+__all__ = ["find_shared_parameters", "set_shared_parameters"]
