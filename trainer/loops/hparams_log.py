@@ -13,15 +13,23 @@ if TYPE_CHECKING:
 
 
 def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> None:
-    if not trainer.is_global_zero or not trainer.enable_autolog_hparams:  # Trainer(enable_autolog_hparams=False)
+    if not trainer.is_global_zero:
         return
     params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
-    for lg in trainer.loggers:
-        lg.start_early()  # as Lightning: wandb's run starts before any TensorBoard writer opens
+    if not trainer.enable_autolog_hparams:  # Trainer(enable_autolog_hparams=False)
+        params = {}
+    for lg in trainer.loggers:  # a logger shaped as Lightning's, not subclassing ours, may lack the first two
+        _call(lg, "start_early")  # as Lightning: wandb's run starts before any TensorBoard writer opens
     for lg in trainer.loggers:
         if params:  # as Lightning: no hparams.yaml when nothing was saved
             lg.log_hyperparams(params)
-        lg.log_graph(module)  # as Lightning: TensorBoardLogger(log_graph=True) draws the module's graph
+        _call(lg, "log_graph", module)  # as Lightning: TensorBoardLogger(log_graph=True) draws the module's graph
+
+
+def _call(logger: Any, name: str, *args: Any) -> None:
+    method = getattr(logger, name, None)
+    if method is not None:
+        method(*args)
 
 
 def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
