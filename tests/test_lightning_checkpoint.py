@@ -262,7 +262,9 @@ def test_pickled_hyper_parameters_are_refused_unless_allowed(lightning_run: Path
         tmp_path / "hparams.ckpt",
         lambda c: c["hyper_parameters"].update(root=tmp_path),
     )
-    fit = trainer.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False)
+    fit = trainer.Trainer(
+        accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False, default_root_dir=tmp_path
+    )
     with pytest.raises(CheckpointError, match=r"PosixPath.*the file was NOT executed"):
         fit.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
     with torch.serialization.safe_globals([type(tmp_path)]), warnings.catch_warnings():
