@@ -261,8 +261,12 @@ class BadStep(Regressor):
     [
         ("vector", ValueError, r"loss of shape \(4, 1\); it must be a scalar"),
         ("no_grad", ValueError, r"does not require grad"),
-        ("string", TypeError, r"a loss tensor or a dict with 'loss'; got str at global step 0"),
-        ("dict_without_loss", TypeError, r"a dict with 'loss'; got dict"),
+        (
+            "string",
+            TypeError,
+            r"must return a Tensor, a dict, or None \(where the step will be skipped\); got str at global step 0",
+        ),
+        ("dict_without_loss", TypeError, r"the 'loss' key needs to be present"),
     ],
 )
 @pytest.mark.parametrize(("on_nonfinite_loss", "accumulate"), [("raise", 1), ("skip", 1), ("off", 1), ("raise", 2)])

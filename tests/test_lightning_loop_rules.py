@@ -204,3 +204,29 @@ def test_a_module_fit_cannot_train_is_refused_before_any_folder_is_made(tmp_path
     with pytest.raises(MisconfigurationException, match="Automatic gradient clipping is not supported"):
         fit.fit(module, loader(regression_data(16), batch_size=4))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("output", "manual", "match"),
+    [
+        (5.0, False, "must return a Tensor, a dict, or None"),
+        ({"acc": 1.0}, False, "the 'loss' key needs to be present"),
+        (5, True, "must either return a Tensor or have no return"),
+    ],
+)
+def test_a_step_output_the_loop_cannot_use_is_lightnings_misconfiguration(
+    tmp_path: Path, output: Any, manual: bool, match: str
+) -> None:
+    """loops/optimization/test_automatic_loop.py and test_manual_loop.py."""
+    from trainer.exceptions import MisconfigurationException
+
+    class Returns(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = not manual
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return output
+
+    with pytest.raises(MisconfigurationException, match=match):
+        quiet(tmp_path, max_steps=1).fit(Returns(), loader(regression_data(16), batch_size=4))

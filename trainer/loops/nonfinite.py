@@ -13,11 +13,12 @@ and the checkpoint that would have held non-finite weights is never written.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from trainer.exceptions import MisconfigurationException
+from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 
 CHUNK = 64  # losses kept before they are folded on the device into the first bad index
 NONE = 2**62  # "no non-finite loss yet" as a device-side index
@@ -123,11 +124,21 @@ class NonfiniteLosses:
 
 def check_loss(output: Any, step: int) -> None:
     """Raise a clear error when ``output`` is not a usable loss (called after a step failed)."""
+    if isinstance(output, Mapping) and "loss" not in output:
+        raise MisconfigurationTypeError(
+            "In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present "
+            f"(global step {step}; keys: {sorted(map(str, output))})."
+        )
+    if isinstance(output, Mapping) and not isinstance(output, dict):
+        raise MisconfigurationTypeError(
+            f"training_step returned a {type(output).__name__} at global step {step}: return a dict with 'loss' "
+            "(or the loss tensor)."
+        )
     loss = output.get("loss") if isinstance(output, dict) else output
     if not isinstance(loss, torch.Tensor):
-        raise TypeError(
-            f"training_step must return a loss tensor or a dict with 'loss'; got {type(output).__name__} "
-            f"at global step {step}. (With automatic_optimization=False it may return None.)"
+        raise MisconfigurationTypeError(
+            "In automatic optimization, `training_step` must return a Tensor, a dict, or None (where the step will "
+            f"be skipped); got {type(output).__name__} at global step {step}."
         )
     if loss.numel() != 1:
         raise MisconfigurationException(

@@ -34,13 +34,14 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import trainer.loops.hooks as hooks
+from trainer.exceptions import MisconfigurationTypeError
 from trainer.loops.nonfinite import NonfiniteLosses, check_loss
 from trainer.module import Module
 from trainer.overrides import overrides
@@ -154,7 +155,7 @@ class TrainingStep:
         window's end, a micro-step (no gradient sync) inside it; manual optimization: ``training_step``.
         ``inner``: a replacement for ``inner_step()`` with its contract (e.g. a captured graph's replay)."""
         if not self.automatic:
-            return self.forward
+            return _manual_output_checked(self.forward)
         inner, micro, after = inner or self.inner_step(), self.micro_step(), self.after_step()
         ends, no_sync, every = self.window.ends, self.trainer.strategy.no_sync, self.window.size == 1
 
@@ -363,3 +364,18 @@ class TrainingStep:
                 f"{self.progress.epoch}: their loss was NaN or infinite, so they changed nothing.",
                 stacklevel=3,
             )
+
+
+def _manual_output_checked(forward: InnerStep) -> BatchStep:
+    """Manual optimization's ``training_step``, whose output is a tensor, a dict or None (Lightning's rule)."""
+
+    def train(batch: Any, batch_idx: int) -> Any:
+        output = forward(batch, batch_idx)
+        if output is not None and not isinstance(output, torch.Tensor | Mapping):
+            raise MisconfigurationTypeError(
+                "In manual optimization, `training_step` must either return a Tensor or have no return "
+                f"(a dict of values works too); got {type(output).__name__}."
+            )
+        return output
+
+    return train
