@@ -54,6 +54,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
         status = "success"
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed"
+        trainer.metric_log.close()  # on_exception and later code cannot log, as in Lightning
         # before other ranks are stopped: they may still tell
         clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
         for cb in trainer.callbacks:
@@ -66,6 +67,7 @@ def running(trainer: TrainerView, module: Module, fn: str, datamodule: Any) -> I
             raise clearer from exc
         raise
     finally:
+        trainer.metric_log.close()
         _report_profile(trainer, fn)
         trainer.release(interrupted=status != "success")
         hooks.call(trainer, "teardown", fn)
