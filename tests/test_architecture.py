@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trainer.hparams",
             "trainer.saving",
             "trainer.results",
+            "trainer.log_rules",
             "trainer.launch",
             "trainer.move",
             "trainer.overrides",

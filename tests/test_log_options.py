@@ -60,7 +60,7 @@ def test_a_custom_reduction_is_refused_naming_the_option(tmp_path: Path, fx: Any
         (dict(enable_graph=True), r"enable_graph=True"),
         (dict(sync_dist_group=object()), r"sync_dist_group=\.\.\."),
         (dict(rank_zero_only=True, sync_dist=True), r"rank_zero_only=True and sync_dist=True"),
-        (dict(on_step=False, on_epoch=False), r"on_step=False and on_epoch=False"),
+        (dict(on_step=False, on_epoch=False), r"on_step=False, on_epoch=False\)` is not useful"),
     ],
 )
 def test_options_that_differ_are_refused_naming_them(tmp_path: Path, option: dict[str, Any], says: str) -> None:

@@ -173,9 +173,16 @@ def test_logger_false_and_prog_bar(tmp_path: Path, without_tensorboard: None) ->
     assert fit.progress_bar_metrics["both_shown_epoch"] == pytest.approx(1.8)
 
 
-def test_log_outside_a_trainer_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match=r"self\.log\('loss', \.\.\.\) needs a running Trainer"):
-        Regressor().log("loss", 1.0)
+def test_log_without_a_trainer_warns_so_a_step_can_be_unit_tested() -> None:
+    """As in Lightning: a test calling ``training_step`` directly runs through its ``self.log`` calls."""
+    module = Regressor()
+    with pytest.warns(
+        UserWarning, match=r"self\.log\('train_loss', \.\.\.\)` but the `self\.trainer` reference is not"
+    ):
+        loss = module.training_step((torch.zeros(2, 8), torch.zeros(2, 1)), 0)
+    assert loss.shape == ()
+    with pytest.raises(ValueError, match=r"`self\.log\(loss, \[1, 2\]\)` was called, but `list` values cannot"):
+        module.log("loss", [1, 2])  # a bad value is still an error
     with pytest.raises(RuntimeError, match=r"Regressor is not attached to a `Trainer`"):
         _ = Regressor().trainer
 
@@ -186,7 +193,10 @@ def test_log_rejects_non_scalars(tmp_path: Path) -> None:
             self.log("v", batch[0])
             return super().training_step(batch, batch_idx)
 
-    with pytest.raises(ValueError, match=r"self\.log\('v'\) expects a scalar, got a tensor of shape \(4, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"self\.log\(v, \.\.\.\)` was called with a tensor of shape \(4, 8\), but the tensor must have a single",
+    ):
         quiet(tmp_path).fit(Vector(), loader(ten(), batch_size=4))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import numbers
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from io import BytesIO
@@ -22,6 +23,7 @@ from torch import nn
 import trainer.hparams as hparams_lib
 from trainer.exceptions import MisconfigurationException
 from trainer.hparams import HyperparametersMixin
+from trainer.log_rules import loggable_error
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
@@ -475,17 +477,25 @@ class Module(HyperparametersMixin, nn.Module):
     ) -> None:
         """Record a value for the loggers, the progress bar and callbacks (e.g. ``monitor=``).
 
-        Lightning's signature. Training defaults to per step, evaluation to per epoch (a
-        batch-size-weighted mean). As in Lightning, each rank keeps its own value unless
-        ``sync_dist=True``, which reduces an epoch value over every sample of every rank (the
-        single-device value); ``rank_zero_only=True`` says only rank 0 logs it. A torchmetrics
-        ``Metric`` is computed (synced) and reset at each epoch end. With several evaluation loaders
-        the key gets ``/dataloader_idx_<i>`` unless ``add_dataloader_idx=False``. ``metric_attribute``
-        is accepted and not needed here.
+        Lightning's signature and rules. Training defaults to per step, evaluation and the hooks that run once
+        per epoch to per epoch (a batch-size-weighted mean); hooks around a stage (``setup``, the loaders,
+        ``on_fit_end``, ...) cannot log. As in Lightning, each rank keeps its own value unless
+        ``sync_dist=True``, which reduces an epoch value over every sample of every rank (the single-device
+        value); ``rank_zero_only=True`` says only rank 0 logs it. A torchmetrics ``Metric`` (an attribute of
+        the module) is computed (synced) and reset at each epoch end. With several evaluation loaders the key
+        gets ``/dataloader_idx_<i>`` unless ``add_dataloader_idx=False``. Without a Trainer (a step called in
+        a unit test) it warns and records nothing, as Lightning does.
         """
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
-            raise RuntimeError(f"self.log({name!r}, ...) needs a running Trainer (call it from a step or hook).")
+            if not (isinstance(value, torch.Tensor | numbers.Real) or hasattr(value, "compute")):
+                raise loggable_error(name, value)
+            warnings.warn(
+                f"You are trying to `self.log({name!r}, ...)` but the `self.trainer` reference is not registered on "
+                f"the model yet: {type(self).__name__} is not attached to a Trainer, so nothing is recorded.",
+                stacklevel=2,
+            )
+            return
         if enable_graph:
             raise MisconfigurationException(
                 f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy."
@@ -498,7 +508,16 @@ class Module(HyperparametersMixin, nn.Module):
             raise MisconfigurationException(
                 f"self.log({name!r}): rank_zero_only=True and sync_dist=True contradict each other."
             )
-        trainer.metric_log.results.log(
+        if add_dataloader_idx and "/dataloader_idx_" in name:
+            raise MisconfigurationException(
+                f"You called `self.log` with the key `{name}` but it should not contain information about "
+                "`dataloader_idx` when `add_dataloader_idx=True`: the suffix is added for you with several loaders."
+            )
+        metric_log = trainer.metric_log
+        on_step, on_epoch = metric_log.levels(name, on_step, on_epoch)
+        if metric_attribute is None:
+            metric_log.check_value(self, name, value, logger)
+        metric_log.results.log(
             name,
             value,
             on_step,
@@ -509,11 +528,18 @@ class Module(HyperparametersMixin, nn.Module):
             batch_size,
             reduce_fx,
             add_dataloader_idx,
+            metric_log.hook,
         )
 
     def log_dict(self, values: Mapping[str, float | torch.Tensor | Metric], **kwargs: Any) -> None:
-        """``log`` each item (a torchmetrics ``MetricCollection`` works too)."""
-        for name, value in values.items():
+        """``log`` each item; a torchmetrics ``MetricCollection`` logs each of its metrics (as Lightning, its
+        compute groups share their state instead of copying it)."""
+        collection: Any = values
+        if hasattr(collection, "_enable_compute_groups"):  # a MetricCollection
+            items = collection.items(keep_base=False, copy_state=not collection._enable_compute_groups)
+        else:
+            items = values.items()
+        for name, value in items:
             self.log(name, value, **kwargs)
 
     # ---- export (trainer.export) ---------------------------------------------------------

@@ -10,6 +10,7 @@ own (with Lightning's warning, once per name, for an epoch value under several r
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.exceptions import MisconfigurationException
+from trainer.log_rules import loggable_error
 
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
@@ -43,8 +45,9 @@ def parse_reduce_fx(name: str, reduce_fx: Any) -> str:
         fx = next((fx for fn, fx in _CALLABLES.items() if fn is reduce_fx), "")
     if fx not in REDUCE_FX:
         raise MisconfigurationException(
-            f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(REDUCE_FX)} (or torch.mean, "
-            "torch.sum, torch.max, torch.min); for a custom reduction log a torchmetrics Metric instead."
+            f"self.log({name!r}, reduce_fx={reduce_fx!r}): only `self.log(..., reduce_fx={{min,max,mean,sum}})` are "
+            "supported (or torch.mean, torch.sum, torch.max, torch.min); for a custom reduction log a torchmetrics "
+            "Metric instead."
         )
     return fx
 
@@ -99,10 +102,12 @@ class Results:
     no_logger: set[str] = field(default_factory=set)
     step_only_metrics: dict[str, Any] = field(default_factory=dict)  # Metrics to reset at the epoch end
     forks: dict[str, str] = field(default_factory=dict)  # name_step / name_epoch -> name
+    options: dict[tuple[str | None, str], tuple[Any, ...]] = field(default_factory=dict)  # (hook, name) -> options
     # The batch being run, whose size weighs epoch means. The fit and evaluation loops set it per batch (and None
     # after it) by a plain store, on purpose: the one field written from outside, a method call per batch costs more.
     batch: Any = None
     epoch_end: bool = False  # logging from on_train_epoch_end: defaults to on_epoch
+    before_loop: bool = False  # no stage runs yet (or any more): only on_train_start may log, into the first epoch
     _lock: threading.Lock = field(default_factory=threading.Lock)  # DP replicas log from threads
 
     def __getstate__(self) -> dict[str, Any]:
@@ -133,25 +138,38 @@ class Results:
         batch_size: int | None = None,
         reduce_fx: Any = "mean",
         add_dataloader_idx: bool = True,
+        hook: str | None = None,
     ) -> None:
+        """Record ``value``; ``hook``: the hook logging it (None: the step or a per-batch hook)."""
         training = self.stage == "train" and not self.epoch_end
         on_step = training if on_step is None else on_step
         on_epoch = (not training) if on_epoch is None else on_epoch
         reduce_fx = parse_reduce_fx(name, reduce_fx)
         if not (on_step or on_epoch):
             raise MisconfigurationException(
-                f"self.log({name!r}) with on_step=False and on_epoch=False would record nothing."
+                f"`self.log({name!r}, on_step=False, on_epoch=False)` is not useful: it records nothing."
             )
-        if add_dataloader_idx and self.num_dataloaders > 1 and self.dataloader_idx is not None:
-            name = f"{name}/dataloader_idx_{self.dataloader_idx}"
+        several = add_dataloader_idx and self.num_dataloaders > 1 and self.dataloader_idx is not None
+        suffix = f"/dataloader_idx_{self.dataloader_idx}" if several else ""  # after _step/_epoch, as Lightning
         both = on_step and on_epoch  # then the keys are name_step and name_epoch
-        keys = {f"{name}_step", f"{name}_epoch"} if both else {name}
+        step_key, epoch_key = (f"{name}_step{suffix}", f"{name}_epoch{suffix}") if both else (name + suffix,) * 2
+        keys = {step_key, epoch_key}
+        options = (on_step, on_epoch, prog_bar, logger, sync_dist, reduce_fx, add_dataloader_idx)
         with self._lock:
+            if self.options.setdefault((hook, name + suffix), options) != options:
+                where = hook or {"train": "training_step"}.get(self.stage, f"{self.stage}_step")
+                raise MisconfigurationException(
+                    f"You called `self.log({name}, ...)` twice in `{where}` with different arguments "
+                    f"(on_step, on_epoch, prog_bar, logger, sync_dist, reduce_fx, add_dataloader_idx: "
+                    f"{self.options[(hook, name + suffix)]}, then {options}). This is not allowed: one name, one "
+                    "meaning; log the other under another name."
+                )
             if both:
-                self.forks.update({key: name for key in keys})
+                self.forks.update({key: name + suffix for key in keys})
             for key in keys if self.num_dataloaders > 1 else ():  # one loader: every key is its (per_loader)
                 self.loaders_of.setdefault(key, set()).add(self.dataloader_idx)
-            self._record(name, value, on_step, on_epoch, sync_dist, batch_size, reduce_fx)
+            step, epoch = step_key if on_step else None, epoch_key if on_epoch else None
+            self._record(name, value, step, epoch, sync_dist, batch_size, reduce_fx)
             if prog_bar:
                 self.prog_bar.update(keys)
             if not logger:
@@ -161,24 +179,22 @@ class Results:
         self,
         name: str,
         value: Any,
-        on_step: bool,
-        on_epoch: bool,
+        step_key: str | None,
+        epoch_key: str | None,
         sync: bool,
         batch_size: int | None,
         fx: str,
     ) -> None:
         is_metric = hasattr(value, "compute") and hasattr(value, "reset")
-        step_key = f"{name}_step" if on_step and on_epoch else name
-        epoch_key = f"{name}_epoch" if on_step and on_epoch else name
-        if on_step:
+        if step_key is not None:
             step_value = getattr(value, "_forward_cache", None) if is_metric else value
-            if step_value is not None:
+            if step_value is not None or not is_metric:  # a Metric only updated (no forward) has no step value
                 self.step_values[step_key] = as_scalar(step_value, name)
                 if sync:
                     self.step_sync.add(step_key)
-        if not on_epoch:
+        if epoch_key is None:
             if is_metric:
-                self.step_only_metrics[name] = value
+                self.step_only_metrics[step_key or name] = value
             return
         entry = self.epoch_values.get(epoch_key)
         if entry is None:
@@ -284,15 +300,14 @@ def as_scalar(value: Any, name: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise MisconfigurationException(
-                f"self.log({name!r}) expects a scalar, got a tensor of shape {tuple(value.shape)}."
+                f"`self.log({name}, ...)` was called with a tensor of shape {tuple(value.shape)}, but the tensor must "
+                f"have a single element. You can try doing `self.log({name}, value.mean())`."
             )
         value = value.detach().reshape(())
         return value if value.dtype in (torch.float32, torch.float64) else value.to(default_float())
-    if isinstance(value, bool | int | float):
+    if isinstance(value, numbers.Real):
         return torch.tensor(float(value), dtype=default_float())
-    raise TypeError(
-        f"self.log({name!r}) expects a number, a scalar tensor or a torchmetrics Metric, got {type(value).__name__}."
-    )
+    raise loggable_error(name, value)
 
 
 def extract_batch_size(batch: Any) -> int:

@@ -39,7 +39,7 @@ from trainer.loops.progress import Progress
 from trainer.loops.rank_state import load_rank_state, rank_state
 from trainer.loops.step import TrainingStep, read_window
 from trainer.loops.stop_signal import StopSignal, StopVotes
-from trainer.loops.training_batch import STOP_EPOCH, BatchCalls, batch_end_outputs
+from trainer.loops.training_batch import STOP_EPOCH, BatchCalls
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
@@ -331,9 +331,7 @@ class FitLoop:
                 if write or results.step_values:
                     publish_step(write)
             if batch_end:
-                outputs = batch_end_outputs(output, calls.step_loss())
-                for end_hook in batch_end:
-                    end_hook(outputs, batch, batch_idx)
+                calls.end_batch(output, batch, batch_idx, self.after_batch_due and not write)
             if write:
                 metric_log.write_step(progress.epoch, counted - 1)  # Lightning's step: counted before it
             if flush is not None and stepped != steps_before:

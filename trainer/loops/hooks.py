@@ -31,11 +31,16 @@ def call(
     trainer: TrainerView, name: str, *args: Any, callbacks: Sequence[Callback] | None = None, **kwargs: Any
 ) -> Any:
     """``name`` on every callback (``callbacks``, default all), then on the module; returns the module's result.
-    Arguments go as given: Lightning passes ``stage=`` by keyword to ``setup``/``teardown``."""
+    Arguments go as given: Lightning passes ``stage=`` by keyword to ``setup``/``teardown``. ``self.log`` in them
+    follows the hook's rule (``trainer/log_rules.py``)."""
     module = trainer.lightning_module
-    for cb in trainer.callbacks if callbacks is None else callbacks:
-        _callback_hook(trainer, cb, name)(trainer, module, *args, **kwargs)
-    return _module_hook(trainer, name)(*args, **kwargs)
+    outer = trainer.metric_log.enter_hook(name)
+    try:
+        for cb in trainer.callbacks if callbacks is None else callbacks:
+            _callback_hook(trainer, cb, name)(trainer, module, *args, **kwargs)
+        return _module_hook(trainer, name)(*args, **kwargs)
+    finally:
+        trainer.metric_log.leave_hook(outer)
 
 
 def call_datamodule(trainer: TrainerView, datamodule: Any, name: str, **kwargs: Any) -> None:
@@ -47,8 +52,12 @@ def call_datamodule(trainer: TrainerView, datamodule: Any, name: str, **kwargs: 
 
 def call_callbacks(trainer: TrainerView, name: str, *args: Any) -> None:
     """A callback-only hook (``setup``, ``on_sanity_check_start``, ...)."""
-    for cb in trainer.callbacks:
-        _callback_hook(trainer, cb, name)(trainer, trainer.lightning_module, *args)
+    outer = trainer.metric_log.enter_hook(name)
+    try:
+        for cb in trainer.callbacks:
+            _callback_hook(trainer, cb, name)(trainer, trainer.lightning_module, *args)
+    finally:
+        trainer.metric_log.leave_hook(outer)
 
 
 def _profiled(trainer: TrainerView, action: str, fn: Hook) -> Hook:
@@ -70,15 +79,19 @@ def call_epoch_end(trainer: TrainerView, name: str, between: Callable[[], None] 
     """Other callbacks, the module, ``between`` (e.g. reducing the epoch's metrics), then the monitoring callbacks."""
     module = trainer.lightning_module
     callbacks = list(trainer.callbacks)
-    for cb in callbacks:
-        if not is_monitoring(cb):
-            _callback_hook(trainer, cb, name)(trainer, module)
-    _module_hook(trainer, name)()
-    if between is not None:
-        between()
-    for cb in callbacks:
-        if is_monitoring(cb):
-            _callback_hook(trainer, cb, name)(trainer, module)
+    outer = trainer.metric_log.enter_hook(name)
+    try:
+        for cb in callbacks:
+            if not is_monitoring(cb):
+                _callback_hook(trainer, cb, name)(trainer, module)
+        _module_hook(trainer, name)()
+        if between is not None:
+            between()
+        for cb in callbacks:
+            if is_monitoring(cb):
+                _callback_hook(trainer, cb, name)(trainer, module)
+    finally:
+        trainer.metric_log.leave_hook(outer)
 
 
 def resolved(trainer: TrainerView, name: str) -> tuple[Hook, ...]:

@@ -83,6 +83,7 @@ def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: 
     """``on_exception`` of callbacks, DataModule and strategy; a clearer error to raise instead, if any (asked
     before other ranks are stopped: they may still tell)."""
     strategy = trainer.strategy
+    trainer.metric_log.close()  # on_exception and later code cannot log, as in Lightning
     clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
     for cb in trainer.callbacks:
         cb.on_exception(trainer, module, exc)
@@ -95,6 +96,7 @@ def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: 
 
 def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> None:
     strategy = trainer.strategy
+    trainer.metric_log.close()
     _report_profile(trainer, fn)
     trainer.release(interrupted=status != "success")
     hooks.call(trainer, "teardown", stage=fn)

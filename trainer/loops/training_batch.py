@@ -47,6 +47,15 @@ class BatchCalls:
         self.max_steps = trainer.max_steps if trainer.max_steps >= 0 else math.inf
         self.step_end = trainer.metric_log.step_end
 
+    def end_batch(self, output: Any, batch: Any, batch_idx: int, publish: bool) -> None:
+        """``on_train_batch_end``; with ``publish`` (a step that the loggers do not get now), what it logged
+        reaches ``callback_metrics`` at once, as in Lightning (the loggers get it at the next write)."""
+        outputs = batch_end_outputs(output, self.step_loss())
+        for hook in self.batch_end:
+            hook(outputs, batch, batch_idx)
+        if publish and self.results.step_values:
+            self.step_end()
+
     def publish_step(self, write: bool) -> None:
         """A batch that stepped and logged, or whose values the loggers get (``write``, after its hooks):
         callbacks see its values now."""
