@@ -21,7 +21,7 @@ class LogsIn(Regressor):
         self.where, self.options = hook, options
         setattr(self, hook, self._log)
 
-    def _log(self, *args: Any) -> None:
+    def _log(self, *args: Any, **kwargs: Any) -> None:
         self.log("loss", 1.0, **self.options)
 
 
