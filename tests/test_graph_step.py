@@ -157,21 +157,11 @@ def test_a_learning_rate_assigned_in_the_step_falls_back(tmp_path: Path, monkeyp
 
 
 class LogsAMetric(Net):
-    class Mean:
-        """Enough of a torchmetrics Metric for ``self.log``."""
-
-        def __init__(self) -> None:
-            self._forward_cache = torch.tensor(0.0)
-
-        def compute(self) -> torch.Tensor:
-            return self._forward_cache
-
-        def reset(self) -> None:
-            pass
-
     def __init__(self) -> None:
+        import torchmetrics
+
         super().__init__()
-        self.metric = LogsAMetric.Mean()
+        self.metric = torchmetrics.MeanMetric()
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         self.log("metric", self.metric)
@@ -180,7 +170,7 @@ class LogsAMetric(Net):
 
 def test_a_metric_logged_inside_the_step_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_fake_graphs(monkeypatch)
-    with pytest.warns(UserWarning, match=r"self\.log\('metric', <Mean>\) inside the step: a torchmetrics Metric"):
+    with pytest.warns(UserWarning, match=r"self\.log\('metric', <MeanMetric>\) inside the step: a torchmetrics Metric"):
         _, _, run = fit(tmp_path, True, LogsAMetric)
     assert summary(run).captured == 0
 
@@ -253,7 +243,8 @@ def test_a_batch_of_a_class_of_ones_own_runs_eagerly_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = models.regression_data(48)
-    batches = [Pair(data.tensors[0][i : i + 8], data.tensors[1][i : i + 8]) for i in range(0, 48, 8)]
+    pairs = [Pair(data.tensors[0][i : i + 8], data.tensors[1][i : i + 8]) for i in range(0, 48, 8)]
+    batches = torch.utils.data.DataLoader(pairs, batch_size=None)  # one loader of Pair batches (a list is several)
     use_fake_graphs(monkeypatch)
     _, _, run = fit(tmp_path, True, PairNet, data=batches, max_epochs=1)
     assert dict(summary(run).eager) == {"where the batch holds a Pair: moved with .to(), but not a tensor": 6}

@@ -20,7 +20,8 @@ class Logged(Regressor):
     """Logs ``train_loss`` and ``val_loss`` to the bar, as a Lightning user does."""
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        loss = super().training_step(batch, batch_idx)
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)  # logged once: a name logged twice is refused
         self.log("train_loss", loss, prog_bar=True)
         self.log("hidden", 1.0)  # not prog_bar: never shown
         return loss

@@ -143,7 +143,10 @@ def _version() -> str:
 # ---- reading: a reader per schema gives one state per part of ``trainer.checkpoint.restore`` ---------------
 def read_checkpoint(trainer: TrainerView, path: Path) -> dict[str, Any]:
     """Load the file (weights_only) and bring an older format to this one."""
-    return _upgrade(trainer.strategy.load_checkpoint(path, weights_only=trainer.state.weights_only))
+    weights_only = trainer.state.weights_only  # None: the safe default; a strategy written before it takes path only
+    strategy = trainer.strategy
+    loaded = strategy.load_checkpoint(path) if weights_only is None else strategy.load_checkpoint(path, weights_only)
+    return _upgrade(loaded)
 
 
 def open_checkpoint(trainer: TrainerView, path: Path, fitting: bool) -> Restore:

@@ -83,8 +83,8 @@ def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: 
     """``on_exception`` of callbacks, DataModule and strategy; a clearer error to raise instead, if any (asked
     before other ranks are stopped: they may still tell)."""
     strategy = trainer.strategy
+    clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)  # reads the failing batch
     trainer.metric_log.close()  # on_exception and later code cannot log, as in Lightning
-    clearer = strategy.explain_failure(exc) or explain_out_of_memory(trainer, exc)
     for cb in trainer.callbacks:
         cb.on_exception(trainer, module, exc)
     if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
