@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,10 @@ class TensorBoardLogger(FolderLogger):
     when another step is logged, on ``flush``, at a checkpoint, at ``finalize`` or at a normal
     exit: each event is a hand-off to the writer's thread, ~0.2 ms, which one event per scalar paid
     for every key.
+
+    An event file deleted while the run logs to it (a cleanup job, ``rm -r`` of the run folder) is
+    started anew in the same folder, hyper-parameters first, with a warning: TensorBoard reads every
+    event file of a folder, so the steps logged from then on are shown with the run's.
     """
 
     def __init__(self, save_dir: str = "runs", name: str = "default", version: int | str | None = None) -> None:
@@ -144,6 +149,7 @@ class TensorBoardLogger(FolderLogger):
     def _write_event(self, step: int, values: dict[str, Any]) -> None:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
+        self._start_again_if_deleted(step)
         writer = self.experiment
         if not self._failed:
             with self._disk_writes():
@@ -151,9 +157,32 @@ class TensorBoardLogger(FolderLogger):
 
     def _flush_to_disk(self) -> None:
         self.flush()
+        self._start_again_if_deleted(self._last_step)
         if self._writer is not None:
             with self._disk_writes():
                 self._writer.flush()
+
+    def _start_again_if_deleted(self, step: int | None) -> None:
+        """The open event file was deleted: drop its writer (what it still held is lost with the file) and let
+        the next write open a new one, with the hyper-parameters first."""
+        if self._writer is None or self._failed or os.path.exists(self._event_file()):
+            return
+        warnings.warn(
+            f"TensorBoardLogger: {self._event_file()} was deleted while this run logged to it (a cleanup job? rm -r "
+            f"of the run folder?); a new event file is started in {self.log_dir} from step {step} on. What was "
+            "logged before is gone with the deleted file.",
+            stacklevel=2,
+        )
+        writer, self._writer = self._writer, None
+        with contextlib.suppress(Exception):  # its thread fails to write into the vanished folder
+            writer.close()
+        self._hparams = dict(self._yaml_hparams) if self._yaml_hparams else self._hparams
+        self._purge_step = None  # a resume's purge was for the deleted file
+
+    def _event_file(self) -> str:
+        """The event file the writer appends to (the folder, where tensorboard keeps the name to itself)."""
+        event_writer = getattr(getattr(self._writer, "file_writer", None), "event_writer", None)
+        return str(getattr(event_writer, "_file_name", None) or self.log_dir)
 
     @contextlib.contextmanager
     def _disk_writes(self) -> Iterator[None]:
