@@ -193,7 +193,8 @@ def _names(checkpoint: dict[str, Any]) -> frozenset[str]:
 
 
 def _runs(pool: list[Candidate]) -> list[list[Candidate]]:
-    """The candidates by run: those of one folder that name each other (directly or through others)."""
+    """The candidates by run: those of one folder that name each other, or a file they all name (directly or
+    through others)."""
     parent = {c.path: c.path for c in pool}
     named = {(c.path.parent, c.path.name): c.path for c in pool}
 
@@ -204,10 +205,9 @@ def _runs(pool: list[Candidate]) -> list[list[Candidate]]:
         return path
 
     for c in pool:
-        for name in c.names:
-            other = named.get((c.path.parent, name))
-            if other is not None:
-                parent[root(other)] = root(c.path)
+        for name in c.names:  # a name no file holds (a copy without last.ckpt) still ties those that name it
+            other = named.setdefault((c.path.parent, name), c.path)
+            parent[root(other)] = root(c.path)
     runs: dict[Path, list[Candidate]] = {}
     for c in pool:
         runs.setdefault(root(c.path), []).append(c)
