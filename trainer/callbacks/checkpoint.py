@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Checkpoint
 from trainer.claims import RunNames
 from trainer.exceptions import MisconfigurationException
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _MODES = ("min", "max")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save checkpoints (global rank zero writes each atomically; every rank takes part).
 
     ``filename`` may use ``{epoch}``, ``{step}`` and any logged metric, e.g. ``"{epoch}-{val_loss:.3f}"``
@@ -52,6 +52,7 @@ class ModelCheckpoint(Callback):
         verbose: bool = False,
         save_last: bool | Literal["link"] | None = True,
         save_top_k: int = 1,
+        save_on_exception: bool = False,
         save_weights_only: bool = False,
         mode: str = "min",
         auto_insert_metric_name: bool = True,
@@ -94,6 +95,7 @@ class ModelCheckpoint(Callback):
         self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (0 if any(triggers) else 1)
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.enable_version_counter = enable_version_counter
+        self.save_on_exception = save_on_exception  # one more save when a stage raises (checkpoint_on_exception.py)
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.last_model_path = ""
@@ -152,6 +154,12 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
+
+    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+        if self.save_on_exception:
+            from trainer.callbacks.checkpoint_on_exception import save_on_exception
+
+            save_on_exception(self, trainer, exception)
 
     def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Lightning's rule: with ``save_last``, a fit that saved nothing (``every_n_epochs`` larger than
