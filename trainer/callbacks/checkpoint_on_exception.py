@@ -7,8 +7,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.utilities.rank_zero import rank_zero_info
-
 if TYPE_CHECKING:
     from trainer.callbacks.checkpoint import ModelCheckpoint
 
@@ -33,4 +31,5 @@ def save_on_exception(callback: ModelCheckpoint, trainer: Any, exception: BaseEx
         callback.last_model_path = trainer.strategy.broadcast(last)
         link = Path(callback.last_model_path)
     callback._write(trainer, Path(path), link=link)
-    rank_zero_info(f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {path}")
+    if trainer.is_global_zero:
+        print(f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {path}")
