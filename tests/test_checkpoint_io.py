@@ -30,6 +30,7 @@ from trainer.checkpoint import (
     to_safe,
 )
 from trainer.checkpoint import io as ckpt
+from trainer.checkpoint.leftovers import HOST
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,7 +181,7 @@ def test_stale_tmp_with_dead_pid_is_ignored_and_removed(tmp_path: Path) -> None:
 
 
 def test_clean_keeps_fresh_tmp_of_live_writer_and_removes_old_ones(tmp_path: Path) -> None:
-    live = tmp_path / f".last.ckpt.tmp-{os.getpid()}-{ckpt._HOST}"
+    live = tmp_path / f".last.ckpt.tmp-{os.getpid()}-{HOST}"
     other_host = tmp_path / f".last.ckpt.tmp-{_dead_pid()}-some-other-node"
     old = tmp_path / f".epoch=1.ckpt.tmp-{os.getpid()}"
     for p in (live, other_host, old):
@@ -192,10 +193,11 @@ def test_clean_keeps_fresh_tmp_of_live_writer_and_removes_old_ones(tmp_path: Pat
 
 
 def _sharded_dir(path: Path, mtime: float, complete: bool = True) -> Path:
-    """A hand-made torch.distributed.checkpoint directory: shard files, and ``.metadata`` once complete."""
+    """A hand-made sharded checkpoint directory: shard files, ``meta.pt``, and ``.metadata`` once complete."""
     path.mkdir()
     (path / "__0_0.distcp").write_bytes(b"shard 0")
     (path / "__1_0.distcp").write_bytes(b"shard 1")
+    save_checkpoint({"name": path.name}, path / "meta.pt")
     if complete:
         (path / ".metadata").write_bytes(b"metadata")
     for entry in [*path.iterdir(), path]:
@@ -229,7 +231,7 @@ def test_a_directory_is_dated_by_its_metadata_not_by_later_entries(tmp_path: Pat
 
 def test_a_stale_temporary_directory_is_ignored_and_removed(tmp_path: Path) -> None:
     good = _touch_ckpt(tmp_path / "epoch=1.ckpt", time.time() - 60)
-    stale = _sharded_dir(tmp_path / f".epoch=2.ckpt.tmp-{_dead_pid()}-{ckpt._HOST}", time.time())
+    stale = _sharded_dir(tmp_path / f".epoch=2.ckpt.tmp-{_dead_pid()}-{HOST}", time.time())
     assert find_last_checkpoint(tmp_path) == good
     assert not stale.exists()
 

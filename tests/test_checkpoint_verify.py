@@ -12,14 +12,8 @@ import torch
 
 from trainer.checkpoint.__main__ import main as checkpoint_cli
 from trainer.checkpoint.damage import damage
-from trainer.checkpoint.io import (
-    CheckpointError,
-    find_last_checkpoint,
-    load_checkpoint,
-    load_weights,
-    newest_checkpoint,
-    save_checkpoint,
-)
+from trainer.checkpoint.io import CheckpointError, load_checkpoint, load_weights, save_checkpoint
+from trainer.checkpoint.newest import find_last_checkpoint, newest_checkpoint
 from trainer.checkpoint.sharded import load_sharded, save_sharded
 from trainer.checkpoint.verify import BLOCK, Sum64, sum64
 from trainer.failures import describe, note_worker_failure, record, recorded, worker_failure

@@ -450,7 +450,10 @@ def test_log_with_bad_reduce_fx(tmp_path: Path) -> None:
             self.log("x", 1.0, reduce_fx="median")
             return super().training_step(batch, batch_idx)
 
-    with pytest.raises(ValueError, match=r"self\.log\('x', reduce_fx='median'\): choose one of mean, sum, max, min"):
+    with pytest.raises(
+        ValueError,
+        match=r"self\.log\('x', reduce_fx='median'\): only `self\.log\(\.\.\., reduce_fx=\{min,max,mean,sum\}\)`",
+    ):
         quiet(tmp_path).fit(BadLog(), loader(regression_data(16)))
 
 

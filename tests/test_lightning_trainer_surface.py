@@ -296,3 +296,7 @@ def test_a_sigterm_handler_the_program_installed_still_runs(tmp_path: Path) -> N
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert fit.received_sigterm and ran == [True]
+
+
+def test_trainer_model_is_none_before_any_stage() -> None:
+    assert trainer.Trainer().model is None

@@ -79,7 +79,7 @@ def test_runs_sharing_a_checkpoint_dirpath_never_replace_each_others_files(tmp_p
     resumed = start([str(SCRIPT), str(tmp_path), "9", "--jobs", "1", "--dirpath", "ckpts", "--resume"])
     said = finish(resumed, 240).output
     taken = json.loads(said.split("RESULT ", 1)[1].splitlines()[0])["resumed"]
-    assert f"ckpt_path='last' resumes {taken}, the newest checkpoint of 4 runs" in said, said  # said plainly
+    assert f"ckpt_path='last' resumes {taken}, from the latest of 4 runs" in said, said  # said plainly
     assert taken in {r["last"] for r in results} | {r["best"] for r in results}
 
 

@@ -6,7 +6,10 @@ before a run first writes a name it does not own, it claims the name by creating
 exclusively, and its atomic write then replaces only its own placeholder. The file claim is a hard link
 of a private empty file to the name: ``link`` never replaces a name, and is atomic on local disks and on
 every NFS version (``O_EXCL`` was not on NFSv2). Where a filesystem has no hard links, ``O_CREAT | O_EXCL``
-claims instead. An empty placeholder is never taken for a checkpoint (``is_placeholder``).
+claims instead. An empty placeholder is never taken for a checkpoint (``is_placeholder``). The private file
+stays, as the claim's marker, until the save of the name completes: a run killed in between leaves a
+placeholder whose marker names its pid and host, which the next run in the folder removes
+(``trainer.checkpoint.leftovers``).
 
 Only the standard library at import: loggers and callbacks import this at ``import trainer``.
 """
@@ -15,10 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
-import re
-import socket
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,12 +29,6 @@ if TYPE_CHECKING:
 
 # Filesystems without hard links answer link() with one of these; O_EXCL claims there instead.
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK}
-
-
-@functools.cache
-def _host() -> str:
-    """This machine's name as a file name may hold it (claims of several machines on one NFS folder differ)."""
-    return re.sub(r"[^\w.-]", "_", socket.gethostname())
 
 
 # ---- run folders ----------------------------------------------------------------------------------------
@@ -73,20 +67,35 @@ def claim_version(root: str) -> int:
 
 # ---- checkpoint names -----------------------------------------------------------------------------------
 def claim_file(path: str | os.PathLike[str]) -> bool:
-    """Create ``path`` empty if nobody has it: True when this call made it, False when it existed."""
+    """Create ``path`` empty if nobody has it: True when this call made it, False when it existed.
+
+    A claim made keeps its marker until the save of ``path`` completes (``leftovers.finished``) or the
+    name is given back (``give_back``).
+    """
+    from trainer.checkpoint.io import could_not_write
+    from trainer.checkpoint.leftovers import claim_marker
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mine = path.with_name(f".{path.name}.claim-{os.getpid()}-{_host()}")
+    mine = claim_marker(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(mine, "xb"):
             pass
     except FileExistsError:  # left by a claim of ours that died between its two steps: start over
         mine.unlink()
         return claim_file(path)
+    except OSError as err:  # a folder turned read-only, a vanished mount: said as a failed save says it
+        raise could_not_write(path, err) from err
+    won = False
     try:
-        return _link(mine, path)
+        won = _link(mine, path)
+    except OSError as err:
+        raise could_not_write(path, err) from err
     finally:
-        mine.unlink()
+        if not won:
+            with contextlib.suppress(OSError):
+                mine.unlink()
+    return won
 
 
 def _link(mine: Path, path: Path) -> bool:
@@ -97,17 +106,19 @@ def _link(mine: Path, path: Path) -> bool:
     except OSError as err:
         if err.errno not in _NO_LINKS:
             raise
-        return _create_exclusively(path)
+        return _create_exclusively(path, mine)
     # On NFS a link whose reply was lost is sent again and answered "exists": the link count tells.
     return os.stat(mine).st_nlink == 2
 
 
-def _create_exclusively(path: Path) -> bool:
+def _create_exclusively(path: Path, mine: Path) -> bool:
     try:
         with open(path, "xb"):
-            return True
+            pass
     except FileExistsError:
         return False
+    mine.write_bytes(b"x")  # a marker that is not the placeholder itself holds a byte (leftovers._unfilled)
+    return True
 
 
 def versioned(folder: str | os.PathLike[str], stem: str, ext: str, version: int) -> Path:
@@ -139,9 +150,13 @@ def is_placeholder(path: str | os.PathLike[str]) -> bool:
 
 def give_back(path: str | os.PathLike[str]) -> None:
     """Remove a placeholder this run claimed and could not fill (its save failed); never a written file."""
+    from trainer.checkpoint.leftovers import claim_marker
+
     if Path(path).is_file() and is_placeholder(path):
         with contextlib.suppress(OSError):
             os.unlink(path)
+    with contextlib.suppress(OSError):
+        claim_marker(Path(path)).unlink()
 
 
 class RunNames:

@@ -174,19 +174,19 @@ class Module(HyperparametersMixin, nn.Module):
         self.zero_grad()  # set_to_none, torch's default
 
     def on_validation_model_eval(self) -> None:
-        self.trainer.model.eval()
+        self.trainer.model.eval()  # type: ignore[union-attr]  # attached while the hook runs
 
     def on_validation_model_train(self) -> None:
-        self.trainer.model.train()
+        self.trainer.model.train()  # type: ignore[union-attr]  # attached while the hook runs
 
     def on_test_model_eval(self) -> None:
-        self.trainer.model.eval()
+        self.trainer.model.eval()  # type: ignore[union-attr]  # attached while the hook runs
 
     def on_test_model_train(self) -> None:
-        self.trainer.model.train()
+        self.trainer.model.train()  # type: ignore[union-attr]  # attached while the hook runs
 
     def on_predict_model_eval(self) -> None:
-        self.trainer.model.eval()
+        self.trainer.model.eval()  # type: ignore[union-attr]  # attached while the hook runs
 
     # ---- overridable steps ---------------------------------------------------------------------------
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:

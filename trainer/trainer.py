@@ -299,9 +299,10 @@ class Trainer:
         return self._module
 
     @property
-    def model(self) -> torch.nn.Module:
-        """What forward runs through: the strategy's wrapper (DDP, DataParallel) or the module itself."""
-        return self.strategy.model if self.strategy.model is not None else self.lightning_module
+    def model(self) -> torch.nn.Module | None:
+        """What forward runs through: the strategy's wrapper (DDP, DataParallel) or the module itself; None
+        before any stage, as in Lightning."""
+        return self.strategy.model if self.strategy.model is not None else self._module
 
     @property
     def datamodule(self) -> Any:

@@ -22,6 +22,7 @@ from tests.faults.harness import (
     left_behind,
     loads,
 )
+from tests.faults.outside import OUTSIDE
 from tests.faults.shared_folder import SHARED_FOLDER
 
 DDP_DEADLINE = 120.0  # two ranks start two interpreters on a shared 2-core machine
@@ -961,6 +962,6 @@ RESUMES = [
 
 CASES: list[Case] = (
     FLAGS + MODULES + DATA + WORKERS + RANKS + SIGNALS + DISK + CHECKPOINTS + DAMAGED + RESUMES + SHARED_FOLDER
-)
+) + OUTSIDE
 BY_NAME = {case.name: case for case in CASES}
 assert len(BY_NAME) == len(CASES), "case names must be unique"

@@ -3,7 +3,7 @@
 import importlib
 from typing import Any
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Callback, Checkpoint
 from trainer.callbacks.checkpoint import ModelCheckpoint
 from trainer.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from trainer.callbacks.model_summary import ModelSummary
@@ -21,6 +21,7 @@ _LAZY = {
     "LambdaCallback": "lambda_function",
     "LearningRateFinder": "lr_finder",
     "LearningRateMonitor": "lr_monitor",
+    "OnExceptionCheckpoint": "on_exception_checkpoint",
     "RichProgressBar": "progress.rich_progress",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "Timer": "timer",
@@ -39,6 +40,7 @@ __all__ = [
     "BasePredictionWriter",
     "BatchSizeFinder",
     "Callback",
+    "Checkpoint",
     "DeviceStatsMonitor",
     "EarlyStopping",
     "EarlyStoppingReason",
@@ -48,6 +50,7 @@ __all__ = [
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
     "RichProgressBar",
     "StochasticWeightAveraging",

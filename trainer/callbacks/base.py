@@ -83,3 +83,8 @@ class Callback:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass
+
+
+class Checkpoint(Callback):
+    """The base of the callbacks that save checkpoints (``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours):
+    one given in ``callbacks=`` stands in for the default ``ModelCheckpoint``, and they run after the others."""

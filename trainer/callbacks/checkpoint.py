@@ -4,6 +4,9 @@ Lightning's options and rules for when to save: every ``every_n_train_steps`` op
 every ``train_time_interval``, or every ``every_n_epochs`` epochs, at the end of the training
 epoch when validation runs once per epoch (or never), else after each validation. One
 difference on purpose: ``save_last`` defaults to True, as ``fit(ckpt_path="last")`` resumes from it.
+``last.ckpt`` is a file of its own (a copy, or a reflink where the filesystem has them), never a hard
+link another checkpoint's bytes could be rewritten through; ``save_last="link"`` makes it Lightning's
+symbolic link instead.
 """
 
 import math
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Checkpoint
 from trainer.claims import RunNames
 from trainer.exceptions import MisconfigurationException
 
@@ -28,13 +31,13 @@ if TYPE_CHECKING:
 _MODES = ("min", "max")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save checkpoints (global rank zero writes each atomically; every rank takes part).
 
     ``filename`` may use ``{epoch}``, ``{step}`` and any logged metric, e.g. ``"{epoch}-{val_loss:.3f}"``
     (which gives ``epoch=3-val_loss=0.123.ckpt`` with ``auto_insert_metric_name``). With ``monitor``
     the best ``save_top_k`` files are kept (worse ones are removed only after the new file is
-    complete); ``last.ckpt`` is a link to the newest state, which ``fit(ckpt_path="last")`` resumes.
+    complete); ``last.ckpt`` is a copy of the newest state, which ``fit(ckpt_path="last")`` resumes.
     """
 
     monitors_metrics = True
@@ -49,6 +52,7 @@ class ModelCheckpoint(Callback):
         verbose: bool = False,
         save_last: bool | Literal["link"] | None = True,
         save_top_k: int = 1,
+        save_on_exception: bool = False,
         save_weights_only: bool = False,
         mode: str = "min",
         auto_insert_metric_name: bool = True,
@@ -64,6 +68,8 @@ class ModelCheckpoint(Callback):
             )
         if save_top_k < -1:
             raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more.")
+        if save_last not in (True, False, None, "link"):
+            raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False, None or 'link'.")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
             if value is not None and value < 0:
                 raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 0 or None.")
@@ -89,6 +95,7 @@ class ModelCheckpoint(Callback):
         self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (0 if any(triggers) else 1)
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.enable_version_counter = enable_version_counter
+        self.save_on_exception = save_on_exception  # one more save when a stage raises (checkpoint_on_exception.py)
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.last_model_path = ""
@@ -97,10 +104,12 @@ class ModelCheckpoint(Callback):
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
         self._names = RunNames(self._in_state)  # the checkpoint names this run may replace
+        self._last: Path | None = None  # rank zero: the name of this callback's last checkpoint, once claimed
 
     @property
     def state_key(self) -> str:
-        return f"ModelCheckpoint[{self.monitor}]"
+        """By monitor, as before; a weights-only callback beside a full one keeps its own state."""
+        return f"ModelCheckpoint[{self.monitor}]" + (", weights_only" if self.save_weights_only else "")
 
     @property
     def best_model_score(self) -> torch.Tensor | None:
@@ -118,9 +127,13 @@ class ModelCheckpoint(Callback):
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
         if stage == "fit" and trainer.is_global_zero:
+            from trainer.checkpoint.leftovers import clean
+
+            clean(str(self.dirpath))  # a killed save's temporary and empty name, where their writer is gone
             self._warn_if_dir_not_empty()
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
+        self._last = None
 
     def on_train_batch_end(
         self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int
@@ -141,6 +154,12 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
+
+    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+        if self.save_on_exception:
+            from trainer.callbacks.checkpoint_on_exception import save_on_exception
+
+            save_on_exception(self, trainer, exception)
 
     def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Lightning's rule: with ``save_last``, a fit that saved nothing (``every_n_epochs`` larger than
@@ -178,7 +197,8 @@ class ModelCheckpoint(Callback):
         score = self._score(trainer)
         self.current_score = score
         name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
-        keep, path, last = trainer.strategy.broadcast(self._choose(name, score) if trainer.is_global_zero else None)
+        chosen = self._choose(trainer, name, score) if trainer.is_global_zero else None
+        keep, path, last = trainer.strategy.broadcast(chosen)
         dropped = self._remember(path, score) if keep else []
         if self.save_last:
             self.last_model_path = last
@@ -197,7 +217,7 @@ class ModelCheckpoint(Callback):
         assert self.dirpath is not None
         self._last_global_step_saved = trainer.global_step
         self._saved_this_fit = True
-        last = self._spelled(self._last_path()) if trainer.is_global_zero else None
+        last = self._spelled(self._last_path(trainer)) if trainer.is_global_zero else None
         self.last_model_path = trainer.strategy.broadcast(last)
         self._write(trainer, Path(self.last_model_path))
         if self.verbose and trainer.is_global_zero:
@@ -211,7 +231,7 @@ class ModelCheckpoint(Callback):
                 if trainer.is_global_zero:
                     from trainer.checkpoint.sharded import link_any_checkpoint
 
-                    link_any_checkpoint(path, link)
+                    link_any_checkpoint(path, link, symlink=self.save_last == "link")
                 trainer.strategy.barrier()
         except BaseException:
             if trainer.is_global_zero:
@@ -220,13 +240,13 @@ class ModelCheckpoint(Callback):
         self._names.new = []
 
     # ---- names: a run replaces only its own files ------------------------------------------------------
-    def _choose(self, name: str, score: float) -> tuple[bool, str, str]:
+    def _choose(self, trainer: "Trainer", name: str, score: float) -> tuple[bool, str, str]:
         """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
         assert self.dirpath is not None
         ext, counter = self.FILE_EXTENSION, self.enable_version_counter
         keep = self._should_keep(score, self._spelled(self._names.free(self.dirpath, name, ext, counter)))
         path = self._names.claim(self.dirpath, name, ext, counter) if keep else Path()
-        last = self._last_path() if self.save_last else Path()
+        last = self._last_path(trainer) if self.save_last else Path()
         return keep, self._spelled(path), self._spelled(last)
 
     def _spelled(self, path: Path) -> str:
@@ -237,21 +257,37 @@ class ModelCheckpoint(Callback):
         """Named in this callback's state: written by this run, or by the run it resumed."""
         return path in self.best_k_models or path in (self.best_model_path, self.last_model_path)
 
-    def _last_path(self) -> Path:
-        """Rank zero: this run's last checkpoint, ``last.ckpt`` unless another run wrote that (then ``last-v1.ckpt``,
-        as Lightning names it, and said once)."""
+    def _last_path(self, trainer: "Trainer") -> Path:
+        """Rank zero: this callback's last checkpoint, ``last.ckpt`` unless another run wrote that (then
+        ``last-v1.ckpt``, as Lightning names it, and said once).
+
+        This run's callbacks that keep a last checkpoint in one folder claim their names together, those that
+        save the full state first, whatever the callbacks' order: ``last.ckpt`` is then the one a resume can use,
+        and a weights-only callback's goes to ``last-v1.ckpt`` without a word about another run.
+        """
+        here = [cb for cb in trainer.checkpoint_callbacks if cb.save_last and cb.dirpath == self.dirpath]
+        taken: set[str] = set()  # names this run's callbacks hold
+        for callback in sorted(here if self in here else [*here, self], key=lambda cb: cb.save_weights_only):
+            if callback._last is None:  # the one in its state (this run's, or the resumed run's), or a new one
+                own = Path(callback.last_model_path) if callback.last_model_path else None
+                callback._last = own if own and own.parent == Path(str(self.dirpath)) else callback._claim_last(taken)
+            taken.add(callback._last.name)
+            if callback is self:
+                break
+        assert self._last is not None
+        return self._last
+
+    def _claim_last(self, taken: set[str]) -> Path:
         assert self.dirpath is not None
-        current = Path(self.last_model_path) if self.last_model_path else None
-        if current is not None and current.parent == Path(self.dirpath):
-            return current
         stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
         path = self._names.claim(self.dirpath, stem, ext, self.enable_version_counter)
-        if path.name != f"{stem}{ext}":
+        first = f"{stem}{ext}"
+        if path.name != first and first not in taken:
             warnings.warn(
-                f"ModelCheckpoint: {path.with_name('last.ckpt')} was written by another run, so this run keeps its "
-                f"last checkpoint in {path.name} and leaves that one alone. fit(ckpt_path='last') takes the newest "
-                "of them; pass this file's path to resume this run.",
-                stacklevel=2,
+                f"ModelCheckpoint: {path.with_name(first)} was written by another run, so this run keeps its "
+                f"last checkpoint in {path.name} and leaves that one alone. fit(ckpt_path='last') takes the latest "
+                "run's; pass this file's path to resume this run.",
+                stacklevel=4,
             )
         return path
 

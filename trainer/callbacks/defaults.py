@@ -18,7 +18,7 @@ def with_defaults(
 ) -> list[Callback]:
     """The given callbacks plus the defaults the flags ask for; a flag that contradicts a given
     callback is an error, not a silent choice."""
-    from trainer.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar
+    from trainer.callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar
     from trainer.callbacks.timer import Timer
 
     given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
@@ -28,10 +28,11 @@ def with_defaults(
             raise TypeError(f"callbacks= takes Callback instances; got the class {name}: write {name}().")
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks= takes Callback instances; got {type(cb).__name__} ({cb!r:.60}).")
-    if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+    savers = [type(cb).__name__ for cb in given if isinstance(cb, Checkpoint)]  # Lightning's rule: any Checkpoint
+    if checkpointing and not savers:
         given.append(ModelCheckpoint())
-    if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in given):
-        raise MisconfigurationException("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
+    if not checkpointing and savers:
+        raise MisconfigurationException(f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=.")
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
         raise MisconfigurationException(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
@@ -50,6 +51,6 @@ def with_defaults(
 
 def checkpointing_last(callbacks: list[Callback]) -> list[Callback]:
     """Checkpointing runs last, so it sees what every other callback did in the same hook."""
-    from trainer.callbacks import ModelCheckpoint
+    from trainer.callbacks import Checkpoint
 
-    return sorted(callbacks, key=lambda cb: isinstance(cb, ModelCheckpoint))
+    return sorted(callbacks, key=lambda cb: isinstance(cb, Checkpoint))

@@ -4,7 +4,6 @@ from trainer.checkpoint.io import (
     CheckpointError,
     clean_stale_temporaries,
     extract_state_dict,
-    find_last_checkpoint,
     link_checkpoint,
     load_checkpoint,
     load_weights,
@@ -14,6 +13,7 @@ from trainer.checkpoint.io import (
     unwrap_model,
     unwritable_reason,
 )
+from trainer.checkpoint.newest import find_last_checkpoint
 
 __all__ = [
     "CheckpointError",

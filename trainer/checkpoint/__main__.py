@@ -6,7 +6,9 @@ on one process, without torch.distributed.
 
 ``python -m trainer.checkpoint verify PATH...``: check checkpoint files, sharded checkpoint directories,
 or folders of them (each checkpoint inside) against their digests; prints one verdict per checkpoint and
-exits 1 if any is damaged (after copying checkpoints between machines, say).
+exits 1 if any is damaged (after copying checkpoints between machines, say). In a folder it also names
+what killed saves left (empty names, temporaries): those of a gone writer are not checkpoints and count
+as damage; a live writer's are a save under way.
 """
 
 from __future__ import annotations
@@ -42,23 +44,32 @@ def main(argv: list[str] | None = None) -> int:
 def verify_paths(paths: list[str]) -> int:
     """Print ``OK``/``DAMAGED``/``UNCHECKED`` per checkpoint; 1 if any is damaged or a path does not exist."""
     from trainer.checkpoint.damage import damage
+    from trainer.checkpoint.leftovers import leftovers
 
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 1
     checkpoints = [c for p in paths for c in _checkpoints(Path(p))]
-    if not checkpoints:
+    if not checkpoints and not any(leftovers(Path(p)) for p in paths if Path(p).is_dir()):
         print(
             f"error: no checkpoint (*.ckpt, *.pt, *.pth, or a sharded directory) in {', '.join(paths)}", file=sys.stderr
         )
         return 1
+    left = {entry.path: entry for p in paths if Path(p).is_dir() for entry in leftovers(Path(p))}
     damaged = 0
     for path in checkpoints:
-        why = damage(path)
+        if path in left:
+            continue  # an empty name of a killed save: said below
+        why = damage(path) if path.is_dir() or path.stat().st_size else "empty (0 bytes): not a checkpoint"
         damaged += why is not None
         print(f"DAMAGED  {path}: {why}" if why else f"OK       {path}", flush=True)
-    print(f"{len(checkpoints)} checkpoint(s) checked, {damaged} damaged.")
+    for entry in left.values():
+        damaged += entry.stale
+        verdict = "LEFTOVER" if entry.stale else "WRITING "
+        advice = ": not a checkpoint, safe to delete" if entry.stale else ""
+        print(f"{verdict} {entry.path}: {entry.describe()}{advice}", flush=True)
+    print(f"{len(checkpoints)} checkpoint(s) checked, {damaged} damaged or left by a killed save.")
     return 1 if damaged else 0
 
 

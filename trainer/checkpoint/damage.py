@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 from trainer.checkpoint.shard_digests import damaged_shards
@@ -20,12 +19,3 @@ def damage(path: Path) -> str | None:
     if unreadable or bad is None:
         return unreadable or "not a torch.save zip file, so nothing vouches for its bytes"
     return f"{len(bad)} record(s) do not match their digest: {describe(bad)}" if bad else None
-
-
-def is_damaged(path: Path) -> bool:
-    """For ``ckpt_path='last'``: a damaged candidate is skipped with a warning, and the next older one tried."""
-    why = damage(path)
-    if why is not None:
-        msg = f"steadytrain: skipped the damaged checkpoint {path} ({why}); trying the next older one."
-        warnings.warn(msg, stacklevel=3)
-    return why is not None

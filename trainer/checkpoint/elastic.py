@@ -39,7 +39,7 @@ def fit_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None:
 
 def _choose(trainer: TrainerView, restart: ElasticRestart, ckpt_path: Any) -> str | None:
     """Rank 0: the newest complete checkpoint written since torchrun started, announced in one line."""
-    from trainer.checkpoint.io import newest_checkpoint
+    from trainer.checkpoint.newest import newest_checkpoint
     from trainer.checkpoint.state import checkpoint_folders
 
     found = newest_checkpoint(checkpoint_folders(trainer), since=restart.started_at)

@@ -8,13 +8,12 @@ checkpoint is data, and a downloaded file must not be able to run code.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import re
 import shutil
-import socket
 import tempfile
-import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,15 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.checkpoint.damage import is_damaged
+from trainer.checkpoint import leftovers
 from trainer.checkpoint.errors import CheckpointError
+from trainer.checkpoint.leftovers import finished, temporary
 from trainer.checkpoint.verify import WriteDigests, load_verified
 
 PathLike = str | os.PathLike[str]
-
-# ``.<name>.tmp-<pid>-<host>``: the pid tells a dead writer, the host keeps shared filesystems safe.
-_TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?:-(?P<host>.*))?$")
-_HOST = re.sub(r"[^\w.-]", "_", socket.gethostname())
 _PREFIXES = ("module.", "_orig_mod.")
 _STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "net")
 _SHOW = 10
@@ -46,10 +42,10 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
     it was and raises ``CheckpointError`` naming the file and the free space.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{_HOST}")
+    tmp = temporary(path)
     stream: _Recording | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w+b") as f:
             stream = _Recording(f)
             torch.save(state, stream)  # type: ignore[arg-type]
@@ -60,32 +56,83 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
     except (OSError, RuntimeError) as err:
         tmp.unlink(missing_ok=True)
         cause = stream.error if stream is not None and stream.error is not None else err
-        raise CheckpointError(_write_failed(path, cause)) from err
+        raise could_not_write(path, cause) from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finished(path)
     _fsync_dir(path.parent)
 
 
-def link_checkpoint(source: PathLike, target: PathLike) -> None:
-    """Make ``target`` the same file as ``source``, atomically (``last.ckpt`` beside a top-k file).
+def link_checkpoint(source: PathLike, target: PathLike, symlink: bool = False) -> None:
+    """Make ``target`` the checkpoint ``source`` is, atomically (``last.ckpt`` beside a top-k file).
 
-    A hard link costs no second write; where the file system has none, the file is copied.
-    Deleting ``source`` later (it fell out of the top k) leaves ``target`` whole.
+    ``target`` is a file of its own (``clone_file``), never a hard link: ``cp`` or ``torch.save`` over
+    ``last.ckpt`` must not rewrite another checkpoint. With ``symlink`` it is a relative symbolic link,
+    as Lightning's ``save_last="link"`` makes (a copy where links are not allowed). Deleting ``source``
+    later (it fell out of the top k) leaves a copy whole.
     """
     source, target = Path(source), Path(target)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{_HOST}")
+    tmp = temporary(target)
     tmp.unlink(missing_ok=True)
     try:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copyfile(source, tmp)
+        if symlink:
+            symlink_or_clone(source, tmp)
+        else:
+            clone_file(source, tmp)
         os.replace(tmp, target)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(_write_failed(target, err)) from err
+        raise could_not_write(target, err) from err
+    finished(target)
     _fsync_dir(target.parent)
+
+
+def symlink_or_clone(source: Path, link: Path) -> None:
+    """A relative symbolic link ``link`` to ``source``; a copy where the OS refuses links (Windows users)."""
+    try:
+        os.symlink(os.path.relpath(source, link.parent), link, target_is_directory=source.is_dir())
+    except OSError:
+        if source.is_dir():
+            shutil.copytree(source, link, copy_function=clone_file)
+        else:
+            clone_file(source, link)
+
+
+def clone_file(source: PathLike, target: PathLike) -> None:
+    """Copy ``source`` to the new file ``target``, on disk when this returns: a reflink where the filesystem
+    has them (btrfs, XFS: the blocks are shared until either file is written, and nothing is copied), else
+    the kernel's own copy (``copy_file_range``, server-side on NFS 4.2), else read and write."""
+    with open(source, "rb") as src, open(target, "xb") as dst:
+        if not _reflink(src.fileno(), dst.fileno()):
+            _copy(src, dst)
+        os.fsync(dst.fileno())
+
+
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+
+
+def _reflink(src: int, dst: int) -> bool:
+    try:
+        import fcntl
+
+        fcntl.ioctl(dst, _FICLONE, src)
+    except (ImportError, OSError):  # ext4, tmpfs, NFS, Windows: no reflinks
+        return False
+    return True
+
+
+def _copy(src: Any, dst: Any) -> None:
+    size, done = os.fstat(src.fileno()).st_size, 0
+    with contextlib.suppress(OSError, AttributeError):  # no copy_file_range here: read and write the rest
+        while done < size:
+            copied = os.copy_file_range(src.fileno(), dst.fileno(), size - done, done, done)
+            if copied == 0:
+                break
+            done += copied
+    src.seek(done)
+    dst.seek(done)
+    shutil.copyfileobj(src, dst, 1 << 20)
 
 
 class _Recording:
@@ -109,16 +156,26 @@ class _Recording:
         self.file.flush()
 
 
-def _write_failed(path: Path, err: BaseException) -> str:
-    """torch.save reports a full disk as 'enforce fail at inline_container.cc': say what happened."""
+_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def could_not_write(path: Path, err: BaseException) -> CheckpointError:
+    """A failed save, said the one way (torch.save reports a full disk as 'enforce fail at inline_container.cc')."""
     try:
         free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free"
     except OSError:
         free = "free space unknown"
-    return (
+    if getattr(err, "errno", None) in _UNWRITABLE:
+        advice = (
+            "Make the folder writable again (was it remounted read-only, or its permissions changed?) or point "
+            "ModelCheckpoint(dirpath=...) / default_root_dir to a folder you can write to, then resume with "
+            "ckpt_path='last'."
+        )
+    else:
+        advice = "Free space or point ModelCheckpoint(dirpath=...) / default_root_dir to a filesystem with room."
+    return CheckpointError(
         f"could not write checkpoint {path} ({free} on its filesystem): {type(err).__name__}: {str(err)[:200]}. "
-        "Earlier checkpoints are untouched. Free space or point ModelCheckpoint(dirpath=...) / default_root_dir "
-        "to a filesystem with room."
+        f"Earlier checkpoints are untouched. {advice}"
     )
 
 
@@ -215,7 +272,7 @@ def _unpickling_error(path: Path, err: Exception) -> CheckpointError:
 
 def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> str:
     size = path.stat().st_size if path.is_file() else 0
-    state = "empty" if size == 0 else "cut off before its end" if not _looks_complete(path) else "corrupted"
+    state = "empty" if size == 0 else "cut off before its end" if not looks_complete(path) else "corrupted"
     return (
         f"{path} ({size} bytes) is not a readable torch checkpoint: it looks {state} (a copy or download that "
         f"did not finish, or not written by torch.save): {type(err).__name__}: {(reason or str(err))[:200]}. "
@@ -223,82 +280,12 @@ def _not_a_checkpoint(path: Path, err: Exception, reason: str | None = None) -> 
     )
 
 
-def find_last_checkpoint(dirpath: PathLike, since: float | None = None) -> Path | None:
-    """Newest complete, intact ``*.ckpt`` by mtime (a damaged one is skipped with a warning); ``last.ckpt``
-    wins only a tie, never an older mtime.
-
-    A checkpoint is a file (``torch.save``) or a directory (``torch.distributed.checkpoint``, complete
-    once its ``.metadata`` is written). ``since`` (a ``time.time()``) skips anything written before it:
-    an elastic restart only wants its own run's checkpoints, not an older run's in the same folder.
-    """
-    folder = Path(dirpath)
-    if not folder.is_dir():
-        return None
-    clean_stale_temporaries(folder)
-    ranked = sorted(_checkpoint_files(folder), key=_rank, reverse=True)
-    fresh = (p for p in ranked if since is None or _rank(p)[0] >= since * 1e9)
-    return next((p for p in fresh if _looks_complete(p) and not is_damaged(p)), None)
+def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = leftovers.MAX_AGE_S) -> list[Path]:
+    """Remove what killed saves left in ``dirpath`` when their writer is gone (``leftovers.clean``)."""
+    return leftovers.clean(dirpath, max_age_s)
 
 
-def newest_checkpoint(folders: Sequence[PathLike], since: float | None = None) -> Path | None:
-    """The newest complete checkpoint in any of ``folders`` (``find_last_checkpoint``'s rule across them)."""
-    found = [p for p in (find_last_checkpoint(folder, since) for folder in folders) if p is not None]
-    return max(found, key=_rank) if found else None
-
-
-def clean_stale_temporaries(dirpath: PathLike, max_age_s: float = 600.0) -> list[Path]:
-    """Remove temporaries of killed saves: writer gone, or untouched for ``max_age_s`` seconds."""
-    removed = []
-    now = time.time()
-    for p in Path(dirpath).glob(".*.tmp-*"):
-        match = _TMP_RE.match(p.name)
-        if match is None:
-            continue
-        try:
-            stale = now - p.stat().st_mtime > max_age_s or not _writer_alive(match)
-            if stale:
-                _remove(p)
-                removed.append(p)
-        except FileNotFoundError:  # its writer finished (renamed) or another cleaner won
-            continue
-    return removed
-
-
-def _remove(p: Path) -> None:
-    """A temporary file (``torch.save``) or directory (``torch.distributed.checkpoint``)."""
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p)
-    else:
-        p.unlink()
-
-
-def _writer_alive(match: re.Match[str]) -> bool:
-    """A pid from another host (shared filesystem) cannot be checked, so assume it is alive."""
-    host = match.group("host")
-    if (host is not None and host != _HOST) or os.name != "posix":
-        return True  # on Windows os.kill(pid, 0) would terminate the process
-    try:
-        os.kill(int(match.group("pid")), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        pass
-    return True
-
-
-def _checkpoint_files(folder: Path) -> Iterator[Path]:
-    """``*.ckpt`` files and directories (sharded checkpoints); temporaries start with a dot."""
-    return (p for p in folder.glob("*.ckpt") if not p.name.startswith(".") and (p.is_file() or p.is_dir()))
-
-
-def _rank(p: Path) -> tuple[int, bool, str]:
-    """A directory's time is its ``.metadata``'s, written last; its own changes with any entry."""
-    metadata = p / DCP_METADATA
-    stamp = metadata if p.is_dir() and metadata.is_file() else p
-    return (stamp.stat().st_mtime_ns, p.name == "last.ckpt", p.name)
-
-
-def _looks_complete(p: Path) -> bool:
+def looks_complete(p: Path) -> bool:
     """Cheap check against copies that did not finish: an empty file, a zip cut before its end, or a
     directory without the ``.metadata`` that torch.distributed.checkpoint writes when all shards are in."""
     if p.is_dir():

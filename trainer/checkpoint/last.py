@@ -1,31 +1,31 @@
-"""``ckpt_path="last"``: which checkpoint a run resumes.
+"""``ckpt_path="last"``: which checkpoint a run resumes, and what it says about the others.
 
 A run whose folder is known before it starts (a ``ModelCheckpoint(dirpath=...)`` or a logger ``version``
-given) resumes its own newest checkpoint, found in that folder. A run with an automatic version has no
-folder yet: a new process cannot know which ``version_<n>`` it was. It takes the newest complete
-checkpoint under ``default_root_dir``, and when several runs left checkpoints there it says which run's it
-took and how to choose another.
+given) resumes its own checkpoint, found in that folder. A run with an automatic version has no folder
+yet: a new process cannot know which ``version_<n>`` it was. It looks under ``default_root_dir`` too, and
+when several runs left checkpoints there it says which run's it took and how to choose another. Which
+file of a run is resumed, and why others are passed over, is ``newest.choose``'s rule: the most progress
+recorded among the intact ones. Global rank zero chooses and says why; every rank takes its choice.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.checkpoint.io import CheckpointError
+from trainer.checkpoint.newest import Choice, choose
 from trainer.checkpoint.sharded import is_checkpoint_path
-from trainer.claims import is_placeholder
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
 
-_LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # each run's last checkpoint in a shared folder (Lightning's names)
 _SHOW = 4
+_SAY = "steadytrain: ckpt_path='last'"
 
 
 def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None:
-    """A path as given; ``"last"``: the newest complete checkpoint of this run (see above), or None (fresh start)."""
+    """A path as given; ``"last"``: the checkpoint this run resumes (see above), or None (fresh start). A collective."""
     if str(ckpt_path) != "last":
         path = Path(ckpt_path)
         if not is_checkpoint_path(path):
@@ -33,17 +33,29 @@ def resolve_checkpoint_path(trainer: TrainerView, ckpt_path: Any) -> Path | None
                 f"Checkpoint file not found: ckpt_path={str(ckpt_path)!r} does not exist or is not a file."
             )
         return path
-    from trainer.checkpoint.io import _rank, find_last_checkpoint
-
     folders = checkpoint_folders(trainer)
-    found = [p for p in (find_last_checkpoint(folder) for folder in folders) if p is not None]
-    if not found:
-        _nothing_found(trainer, folders)
-        return None
-    newest = max(found, key=_rank)
-    if trainer.is_global_zero:
-        _say_whose(newest, found)
-    return newest
+    chosen, error = trainer.strategy.broadcast(_choose_and_say(trainer, folders) if trainer.is_global_zero else None)
+    if error is not None:
+        raise CheckpointError(error)
+    return Path(chosen) if chosen is not None else None
+
+
+def _choose_and_say(trainer: TrainerView, folders: list[Path]) -> tuple[str | None, str | None]:
+    """Rank zero: (the path to resume or None, the error every rank raises or None)."""
+    choice = choose(folders)
+    for why in choice.skipped:
+        print(f"{_SAY} skipped {why}", flush=True)
+    if choice.picked is None:
+        if choice.torn:
+            return None, (
+                f"ckpt_path='last' found checkpoints, but none is complete and intact: {'; '.join(choice.torn[:5])}. "
+                "Resume from another one by path, or move them away to start fresh."
+            )
+        where = ", ".join(str(f) for f in folders[:_SHOW]) if _folder_given(trainer) else trainer.default_root_dir
+        print(f"{_SAY} found no checkpoint under {where}; starting fresh.", flush=True)
+        return None, None
+    _say_which(choice)
+    return str(choice.picked.path), None
 
 
 def checkpoint_folders(trainer: TrainerView) -> list[Path]:
@@ -63,31 +75,19 @@ def _folder_given(trainer: TrainerView) -> bool:
     return bool(getattr(folder, "given", False))
 
 
-def _nothing_found(trainer: TrainerView, folders: list[Path]) -> None:
-    """Fresh start, said; unless every candidate is torn or damaged (an empty placeholder is a save never made)."""
-    torn = sorted(str(p) for d in folders for p in d.glob("*.ckpt") if not is_placeholder(p))
-    if torn:
-        raise CheckpointError(
-            f"ckpt_path='last' found checkpoints, but none is complete and intact: {', '.join(torn[:5])}. They were "
-            "cut off or damaged (a copy that did not finish? a failing disk?); resume from another one by path, or "
-            "move them away to start fresh."
+def _say_which(choice: Choice) -> None:
+    """When several runs left checkpoints, name the run resumed and how to pick another; when files were skipped,
+    the one taken."""
+    assert choice.picked is not None
+    picked, (step, epoch, _) = choice.picked.path, choice.picked.reached
+    if len(choice.runs) > 1:
+        shown = [str(path) for path in choice.furthest()]
+        listed = ", ".join(shown[:_SHOW]) + (f" and {len(shown) - _SHOW} more" if len(shown) > _SHOW else "")
+        print(
+            f"{_SAY} resumes {picked}, from the latest of {len(shown)} runs ({listed}); it continues that run. To "
+            "resume another, pass its checkpoint's path; to make 'last' each run's own, give each run its own "
+            "folder (the logger's version=..., or ModelCheckpoint(dirpath=...)).",
+            flush=True,
         )
-    if trainer.is_global_zero:
-        where = ", ".join(str(f) for f in folders[:_SHOW]) if _folder_given(trainer) else trainer.default_root_dir
-        print(f"steadytrain: ckpt_path='last' found no checkpoint under {where}; starting fresh.")
-
-
-def _say_whose(newest: Path, found: list[Path]) -> None:
-    """When checkpoints of several runs were candidates, name the run resumed and how to pick another."""
-    runs = sorted({str(p.parent.parent if p.parent.name == "checkpoints" else p.parent) for p in found})
-    lasts = sorted(p.name for p in newest.parent.iterdir() if _LAST.match(p.name) and not is_placeholder(p))
-    shown = runs if len(runs) > 1 else [str(newest.parent / name) for name in lasts]
-    if len(shown) < 2:
-        return
-    listed = ", ".join(shown[:_SHOW]) + (f" and {len(shown) - _SHOW} more" if len(shown) > _SHOW else "")
-    print(
-        f"steadytrain: ckpt_path='last' resumes {newest}, the newest checkpoint of {len(shown)} runs ({listed}); "
-        "it continues that run. To resume another, pass its checkpoint's path; to make 'last' each run's own, "
-        "give each run its own folder (the logger's version=..., or ModelCheckpoint(dirpath=...)).",
-        flush=True,
-    )
+    elif choice.skipped:
+        print(f"{_SAY} takes {picked} (step {step}, epoch {epoch}), the run's furthest intact checkpoint.", flush=True)

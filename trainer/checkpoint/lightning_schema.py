@@ -18,10 +18,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.checkpoint.kinds import LIGHTNING_NEEDED, LIGHTNING_VERSION
+
 if TYPE_CHECKING:
     from trainer.view import TrainerView
 
-VERSION_KEY = "pytorch-lightning_version"
+VERSION_KEY = LIGHTNING_VERSION
 _FIT_KEYS = {
     "state_dict",  # the loop's own state: a stateful loader's position under "combined_loader"
     "epoch_progress",
@@ -41,7 +43,6 @@ _OWN_STATES = (  # empty unless a loop or a loader keeps state of its own
     "epoch_loop.manual_optimization.state_dict",
     "epoch_loop.val_loop.state_dict",
 )
-_NEEDED = ("state_dict", "loops", "optimizer_states", "lr_schedulers", "global_step")
 
 
 def is_lightning(checkpoint: dict[str, Any]) -> bool:
@@ -53,7 +54,7 @@ def read(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitting: 
     if not fitting:
         return {"module": checkpoint}
     version = checkpoint[VERSION_KEY]
-    missing = [key for key in _NEEDED if key not in checkpoint]
+    missing = [key for key in LIGHTNING_NEEDED if key not in checkpoint]
     if missing:
         raise ValueError(
             f"{path} is a Lightning {version} checkpoint without {missing} (saved with save_weights_only=True?), so "

@@ -32,7 +32,15 @@ if TYPE_CHECKING:
 
 # torch.distributed.checkpoint is imported where it is used: it pulls in DTensor and dynamo (seconds),
 # which a run whose checkpoints are plain files (every strategy but fsdp) must not pay.
-from trainer.checkpoint.io import _HOST, CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint.io import (
+    CheckpointError,
+    clone_file,
+    link_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    symlink_or_clone,
+)
+from trainer.checkpoint.leftovers import finished, temporary
 from trainer.checkpoint.shard_digests import check_shards, digesting_writer
 
 META = "meta.pt"
@@ -101,7 +109,7 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
 
 
 def temporary_name(path: Path, tag: str = "") -> Path:
-    return path.with_name(f".{path.name}{tag}.tmp-{os.getpid()}-{_HOST}")
+    return temporary(path, tag)
 
 
 def publish(tmp: Path, path: Path) -> None:
@@ -120,6 +128,7 @@ def publish(tmp: Path, path: Path) -> None:
         os.replace(path, old)
         os.replace(tmp, path)
         _remove(old)
+    finished(path)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -147,33 +156,31 @@ def remove_checkpoint(path: str | os.PathLike[str]) -> None:
         path.unlink(missing_ok=True)
 
 
-def link_any_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """``target`` becomes the same checkpoint as ``source``, a file (``io.link_checkpoint``) or a directory."""
+def link_any_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[str], symlink: bool = False) -> None:
+    """``target`` becomes the checkpoint ``source`` is, a file (``io.link_checkpoint``) or a directory: a copy of
+    its own, or with ``symlink`` a symbolic link."""
     wait_pending()  # an asynchronous save of ``source`` must be in place first
     if Path(source).is_dir():
-        link_checkpoint_dir(Path(source), Path(target))
+        link_checkpoint_dir(Path(source), Path(target), symlink)
     else:
-        link_checkpoint(source, target)
+        link_checkpoint(source, target, symlink)
 
 
-def link_checkpoint_dir(source: Path, target: Path) -> None:
-    """``target`` becomes a copy of the directory ``source`` made of hard links (no second write)."""
+def link_checkpoint_dir(source: Path, target: Path, symlink: bool = False) -> None:
+    """``target`` becomes a copy of the directory ``source``, file by file (``io.clone_file``: a reflink where the
+    filesystem has them), or a relative symbolic link to it; never hard links a user's copy could write through."""
     wait_pending()
     tmp = temporary_name(target)
     _remove(tmp)
     try:
-        shutil.copytree(source, tmp, copy_function=_link_or_copy)
+        if symlink:
+            symlink_or_clone(source, tmp)
+        else:
+            shutil.copytree(source, tmp, copy_function=clone_file)
         publish(tmp, target)
     except OSError as err:
         _remove(tmp)
         raise CheckpointError(f"could not make {target} from {source}: {err}") from err
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def _remove(path: Path) -> None:

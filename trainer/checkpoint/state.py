@@ -17,13 +17,12 @@ import torch
 
 from trainer.checkpoint import lightning_schema
 from trainer.checkpoint.io import load_checkpoint
+from trainer.checkpoint.kinds import FORMAT, kind_of
 from trainer.checkpoint.last import checkpoint_folders, resolve_checkpoint_path
 from trainer.checkpoint.restore import Restore, Source, states_now
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
-
-FORMAT = "steadytrain/2"
 
 
 class Checkpoint(TypedDict, total=False):
@@ -160,11 +159,9 @@ def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitt
     """Our schema (``Checkpoint``, written by ``build_checkpoint``) as one state per part."""
     if not fitting:
         return {"module": checkpoint}
-    if checkpoint.get("format") not in (FORMAT, "steadytrain/1") or "loops" not in checkpoint:
-        raise ValueError(
-            f"{path} holds weights only (no trainer state), so it cannot resume a run; load it with "
-            "trainer.checkpoint.load_weights(module, path) before fit() instead."
-        )
+    kind = kind_of(checkpoint)  # of the file as written: read_checkpoint brought /1 to /2's names
+    if not kind.resumes:
+        raise ValueError(kind.why_not(path))
     data = checkpoint["loops"]["data"]
     return {
         "module": checkpoint,
@@ -183,9 +180,11 @@ def read_ours(trainer: TrainerView, checkpoint: dict[str, Any], path: Path, fitt
 
 
 def _upgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """A ``steadytrain/1`` checkpoint (version 0.1) in this format's names."""
-    if checkpoint.get("format") != "steadytrain/1":
+    """A ``steadytrain/1`` checkpoint (version 0.1) in this format's names (one that lacks parts stays as it is:
+    ``read_ours`` names them)."""
+    if checkpoint.get("format") != "steadytrain/1" or not kind_of(checkpoint).resumes:
         return checkpoint
+    checkpoint["format"] = FORMAT
     loop = checkpoint.pop("loop")
     checkpoint["hyper_parameters"] = checkpoint.pop("hparams", {})
     checkpoint["optimizer_states"] = checkpoint.pop("optimizers", [])

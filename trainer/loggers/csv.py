@@ -24,15 +24,19 @@ class MetricsFile:
 
     Rows with known columns are appended through a handle kept open between appends: opening the
     file for each one cost ~0.1 ms, paid at every logging point when the Trainer flushes there. A
-    rewrite replaces the file, so it closes the handle; the next append reopens it.
+    rewrite replaces the file, so it closes the handle; the next append reopens it. A file deleted
+    while the run logs to it (a cleanup job, ``rm -r`` of the run folder) is started anew with a
+    warning, not written on unseen through the open handle (one ``fstat`` per append tells).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.columns: list[str] | None = None  # None until the file on disk (if any) has been read
         self.num_rows = 0
+        self.recreated = False  # the last append found the file deleted and started it again
         self._handle: TextIO | None = None
         self._writer: csv.DictWriter[str] | None = None
+        self._written = False  # this run has written the file: its disappearance is news
 
     @property
     def rows(self) -> int:
@@ -43,6 +47,9 @@ class MetricsFile:
     def append(self, rows: list[dict[str, float]], keep: int | None = None) -> None:
         """Write ``rows`` after the first ``keep`` rows already on disk (after all of them when None)."""
         columns = self._load()
+        self.recreated = self._deleted()
+        if self.recreated:
+            self._start_again(rows)
         new = [key for key in _ordered_keys(rows) if key not in columns]
         if new or (keep is not None and keep < self.num_rows):
             kept = self._read()[1][:keep]
@@ -59,6 +66,22 @@ class MetricsFile:
             self._handle.close()
             self._handle = self._writer = None
 
+    def _deleted(self) -> bool:
+        if self._handle is not None:
+            return os.fstat(self._handle.fileno()).st_nlink == 0
+        return self._written and not os.path.exists(self.path)
+
+    def _start_again(self, rows: list[dict[str, float]]) -> None:
+        step = rows[0].get(STEP, "?") if rows else "?"
+        warnings.warn(
+            f"CSVLogger: {self.path} was deleted while this run logged to it (a cleanup job? rm -r of the run "
+            f"folder?); a new one is started there from step {step} on. The {self.num_rows} row(s) written before "
+            "are gone with the deleted file.",
+            stacklevel=5,
+        )
+        self.close()
+        self.num_rows = 0
+
     def _appender(self, columns: list[str]) -> csv.DictWriter[str]:
         if self._writer is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -66,6 +89,7 @@ class MetricsFile:
             self._writer = csv.DictWriter(self._handle, fieldnames=columns, restval="")
             if self._handle.tell() == 0:
                 self._writer.writeheader()
+            self._written = True
         return self._writer
 
     def _load(self) -> list[str]:
@@ -73,6 +97,7 @@ class MetricsFile:
         if self.columns is None:
             self.columns, old = self._read()
             self.num_rows = len(old)
+            self._written = not _is_empty(self.path)  # a resumed run's file
         return self.columns
 
     def _read(self) -> tuple[list[str], list[dict[str, str]]]:
@@ -89,6 +114,7 @@ class MetricsFile:
         self.columns = columns
         self._write(self.path + ".tmp", rows, mode="w", header=True)
         os.replace(self.path + ".tmp", self.path)
+        self._written = True
 
     def _write(self, path: str, rows: list[Any], mode: str, header: bool) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -194,8 +220,11 @@ class CSVLogger(FolderLogger):
             if self._hparams_pending:
                 self._write_hparams()
             if self._rows or self._keep is not None:
-                self._metrics_file().append(self._rows, keep=self._keep)
+                metrics = self._metrics_file()
+                metrics.append(self._rows, keep=self._keep)
                 self._rows, self._keep = [], None
+                if metrics.recreated and self.hparams:  # the folder went with it: hparams.yaml too
+                    self._write_hparams()
         except OSError as err:
             self._rows, self._keep, self._hparams_pending = [], None, False
             if self._file is not None:

@@ -25,7 +25,9 @@ from trainer.loggers.mlflow_run import (
     continue_run,
     experiment_id,
     new_run,
+    store_deleted,
     store_lock,
+    store_path,
     upload_checkpoint,
 )
 
@@ -82,7 +84,8 @@ class MLFlowLogger(Logger):
     exit. Checkpoints go to ``<save_dir>/<experiment_name>/version_<n>/checkpoints``, a folder chosen
     without asking the server, so every rank agrees on it and only rank zero ever talks to MLflow.
     ``save_dir`` defaults to ``runs`` (not Lightning's ``./mlruns``): the Trainer's ``default_root_dir``,
-    where ``fit(ckpt_path="last")`` looks for checkpoints.
+    where ``fit(ckpt_path="last")`` looks for checkpoints. A local store (SQLite file, ``file:`` folder)
+    deleted while the run logs to it stops the run with an error naming it: the run cannot be made again.
     """
 
     LOGGER_JOIN_CHAR = "-"
@@ -129,6 +132,7 @@ class MLFlowLogger(Logger):
         self._checkpoint_callback: ModelCheckpoint | None = None
         self._logged_checkpoints: dict[str, float] = {}  # path -> modification time when logged
         self._flush_at_exit = FlushAtExit()
+        self._failed = False  # the local store was deleted: reported once, nothing more is sent
 
     # ---- Lightning's properties -----------------------------------------------------------------------
     @property
@@ -212,6 +216,9 @@ class MLFlowLogger(Logger):
         """Flush, log the checkpoints (``log_model=True``), and end the run: FINISHED, FAILED or KILLED."""
         if status not in STATUS:
             raise ValueError(f"MLFlowLogger.finalize(status={status!r}): use one of {sorted(STATUS)}.")
+        if self._failed:
+            self._flush_at_exit.unregister()
+            return
         if self._client is None and not self._params and self._row.step is None:
             return  # nothing was logged: no run to end
         try:
@@ -266,6 +273,8 @@ class MLFlowLogger(Logger):
     def _ensure_run(self, reopen: bool = True) -> bool:
         """Start the run (``reopen``: or mark it RUNNING again after ``finalize``, to log more); False on ranks
         other than zero. Reading ``experiment`` or ``run_id`` after ``finalize`` does not reopen the run."""
+        if self._failed:
+            return False
         if self._active or (self._client is not None and not reopen):
             return True
         if _global_rank() != 0:
@@ -335,10 +344,18 @@ class MLFlowLogger(Logger):
             key = self._keys[name] = clean
         return key
 
+    def _check_store(self) -> None:
+        """Before each batch: a local store that vanished fails the run in one line, not in SQLAlchemy's words."""
+        store = store_path(self._tracking_uri)
+        if store is not None and not store.exists():
+            self._failed, self._params, self._row.values = True, {}, {}
+            raise store_deleted(store, self._run_id)
+
     def _send(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         assert self._client is not None and self._run_id is not None
+        self._check_store()
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, step) for key, value in values.items()]
         for start in range(0, len(metrics), METRICS_PER_BATCH):
@@ -350,6 +367,7 @@ class MLFlowLogger(Logger):
         from mlflow.entities import Param
 
         assert self._client is not None and self._run_id is not None
+        self._check_store()
         params, self._params = self._params, {}
         if self._continued:
             logged = self._client.get_run(self._run_id).data.params

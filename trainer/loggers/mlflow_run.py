@@ -8,6 +8,7 @@ Checkpoints are laid out as Lightning's MLFlowLogger lays them out: ``<stem>/<fi
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import warnings
 from collections.abc import Iterator
@@ -39,6 +40,30 @@ def store_lock(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def store_path(tracking_uri: str) -> Path | None:
+    """The local file or folder a tracking URI keeps its runs in (``sqlite:///x.db``, ``file:./mlruns``, a path);
+    None for a server."""
+    if tracking_uri.startswith("sqlite:///") and ":memory:" not in tracking_uri:
+        return Path(tracking_uri[len("sqlite:///") :])
+    if tracking_uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return Path(unquote(urlparse(tracking_uri).path))
+    return Path(tracking_uri) if "://" not in tracking_uri else None
+
+
+def store_deleted(store: Path, run_id: str | None) -> FileNotFoundError:
+    """The local store went while the run logged to it: MLflow cannot make the run again in a new one."""
+    return FileNotFoundError(
+        errno.ENOENT,
+        f"MLFlowLogger: the MLflow store {store} was deleted while run {run_id} logged to it (a cleanup job? rm -r of "
+        "the save_dir?). The run stops here rather than log into nothing: MLflow cannot recreate a run mid-way, and "
+        "what it had logged went with the store. The checkpoints are untouched; resume from the last one with a "
+        "store that holds the run (restored), or with another logger",
+        str(store),
+    )
 
 
 def experiment_id(client: MlflowClient, name: str, location: str | None, given_location: str | None) -> str:

@@ -67,6 +67,10 @@ class TensorBoardLogger(FolderLogger):
     when another step is logged, on ``flush``, at a checkpoint, at ``finalize`` or at a normal
     exit: each event is a hand-off to the writer's thread, ~0.2 ms, which one event per scalar paid
     for every key.
+
+    An event file deleted while the run logs to it (a cleanup job, ``rm -r`` of the run folder) is
+    started anew in the same folder, hyper-parameters first, with a warning: TensorBoard reads every
+    event file of a folder, so the steps logged from then on are shown with the run's.
     """
 
     NAME_HPARAMS_FILE = "hparams.yaml"
@@ -274,6 +278,7 @@ class TensorBoardLogger(FolderLogger):
         self._event.add(step, values)
 
     def _write_event(self, step: int, values: dict[str, Any]) -> None:
+        self._start_again_if_deleted(step)
         writer = self.experiment
         if not self._failed:
             event = _tensorboard().summary.Summary(value=list(values.values()))  # tensorboard's or tensorboardX's
@@ -282,9 +287,33 @@ class TensorBoardLogger(FolderLogger):
 
     def _flush_to_disk(self) -> None:
         self.flush()
+        self._start_again_if_deleted(self._last_step)
         if self._writer is not None:
             with self._disk_writes():
                 self._writer.flush()
+
+    def _start_again_if_deleted(self, step: int | None) -> None:
+        """The open event file was deleted: drop its writer (what it still held is lost with the file) and let
+        the next write open a new one, with the hyper-parameters first."""
+        if self._writer is None or self._failed or os.path.exists(self._event_file()):
+            return
+        warnings.warn(
+            f"TensorBoardLogger: {self._event_file()} was deleted while this run logged to it (a cleanup job? rm -r "
+            f"of the run folder?); a new event file is started in {self.log_dir} from step {step} on. What was "
+            "logged before is gone with the deleted file.",
+            stacklevel=2,
+        )
+        writer, self._writer = self._writer, None
+        with contextlib.suppress(Exception):  # its thread fails to write into the vanished folder
+            writer.close()
+        if self.hparams and self._hparams is None:  # the new event file starts with them, as the first did
+            self._hparams = (dict(self.hparams), {"hp_metric": -1} if self._default_hp_metric else None, 0)
+        self._purge_step = None  # a resume's purge was for the deleted file
+
+    def _event_file(self) -> str:
+        """The event file the writer appends to (the folder, where tensorboard keeps the name to itself)."""
+        event_writer = getattr(getattr(self._writer, "file_writer", None), "event_writer", None)
+        return str(getattr(event_writer, "_file_name", None) or self.log_dir)
 
     @contextlib.contextmanager
     def _disk_writes(self) -> Iterator[None]:

@@ -1,0 +1,57 @@
+"""A logger whose folder is deleted mid-run recreates it and says so, or stops naming it (issue 36, case 2)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainer.loggers.csv import CSVLogger
+from trainer.loggers.tensorboard import TensorBoardLogger
+
+
+def test_csv_logger_recreates_deleted_run_folder(tmp_path: Path) -> None:
+    logger = CSVLogger(str(tmp_path), name="run")
+    logger.log_hyperparams({"lr": 0.1})
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.flush()
+    metrics = Path(logger.log_dir) / "metrics.csv"
+    assert metrics.exists()
+    shutil.rmtree(logger.log_dir)
+    logger.log_metrics({"loss": 0.5}, step=1)
+    with pytest.warns(UserWarning, match=r"metrics\.csv was deleted.*from step 1"):
+        logger.flush()
+    assert "0.5" in metrics.read_text() and "1.0" not in metrics.read_text()
+    assert (Path(logger.log_dir) / "hparams.yaml").exists()
+    logger.finalize("success")
+
+
+def test_tensorboard_logger_recreates_deleted_event_file(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(str(tmp_path), name="run")
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.log_metrics({"loss": 0.9}, step=1)
+    logger.flush()
+    shutil.rmtree(logger.log_dir)
+    with pytest.warns(UserWarning, match=r"was deleted while this run logged.*new event file"):
+        logger.log_metrics({"loss": 0.5}, step=2)
+        logger.log_metrics({"loss": 0.4}, step=3)
+        logger.flush()
+    logger.finalize("success")
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(logger.log_dir))
+
+
+def test_mlflow_logger_stops_naming_deleted_store(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    from trainer.loggers.mlflow import MLFlowLogger
+
+    store = tmp_path / "mlflow.db"
+    logger = MLFlowLogger(tracking_uri=f"sqlite:///{store}", save_dir=str(tmp_path / "runs"))
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.flush()
+    store.unlink()
+    logger.log_metrics({"loss": 0.5}, step=1)
+    with pytest.raises(FileNotFoundError, match=r"MLflow store .*mlflow\.db was deleted"):
+        logger.flush()
+    logger.finalize("success")  # reported once; ending the run raises nothing more
