@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import trainer
-from tests.models import loader
+from tests.models import Regressor, loader, regression_data
 from tests.test_logging import Logs, Memory, quiet, ten
 
 
@@ -103,3 +103,15 @@ def test_validation_step_values_reach_the_loggers_at_the_batches_seen(tmp_path: 
     assert mem.values("v_epoch") == [(2, pytest.approx(1.8)), (5, pytest.approx(1.8))]  # Lightning's steps
     assert fit.validate(module, loader(ten(), batch_size=4), verbose=False)[0]["v_epoch"] == pytest.approx(1.8)
     assert mem.values("v_step")[-3:] == [(0, 1.0), (1, 2.0), (2, 3.0)]
+
+
+def test_log_dict_takes_lightnings_keywords(tmp_path: Path) -> None:
+    class LogsADict(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+            self.log_dict(dictionary={"a": loss, "b": 2.0}, prog_bar=True, on_step=False, on_epoch=True)
+            return loss
+
+    fit = quiet(tmp_path, max_epochs=1)
+    fit.fit(LogsADict(), loader(regression_data(16), batch_size=4))
+    assert set(fit.progress_bar_metrics) == {"a", "b"} and fit.progress_bar_metrics["b"] == 2.0

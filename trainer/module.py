@@ -531,16 +531,44 @@ class Module(HyperparametersMixin, nn.Module):
             metric_log.hook,
         )
 
-    def log_dict(self, values: Mapping[str, float | torch.Tensor | Metric], **kwargs: Any) -> None:
-        """``log`` each item; a torchmetrics ``MetricCollection`` logs each of its metrics (as Lightning, its
-        compute groups share their state instead of copying it)."""
-        collection: Any = values
+    def log_dict(
+        self,
+        dictionary: Mapping[str, float | torch.Tensor | Metric],
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """``log`` each item with the same options (Lightning's signature); a torchmetrics ``MetricCollection`` logs
+        each of its metrics (as Lightning, its compute groups share their state instead of copying it)."""
+        collection: Any = dictionary
         if hasattr(collection, "_enable_compute_groups"):  # a MetricCollection
             items = collection.items(keep_base=False, copy_state=not collection._enable_compute_groups)
         else:
-            items = values.items()
+            items = dictionary.items()
         for name, value in items:
-            self.log(name, value, **kwargs)
+            self.log(
+                name,
+                value,
+                prog_bar=prog_bar,
+                logger=logger,
+                on_step=on_step,
+                on_epoch=on_epoch,
+                reduce_fx=reduce_fx,
+                enable_graph=enable_graph,
+                sync_dist=sync_dist,
+                sync_dist_group=sync_dist_group,
+                add_dataloader_idx=add_dataloader_idx,
+                batch_size=batch_size,
+                rank_zero_only=rank_zero_only,
+            )
 
     # ---- export (trainer.export) ---------------------------------------------------------
     def to_torchscript(

@@ -42,4 +42,22 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "build_profiler"]
+class XLAProfiler(Profiler):
+    """Lightning's TPU profiler: the name imports, so a ported file runs; building one says what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise MisconfigurationException(
+            "XLAProfiler: steadytrain does not run on TPUs (XLA); use profiler='pytorch' (torch.profiler) on CPU or "
+            "CUDA, or profiler='simple'."
+        )
+
+
+__all__ = [
+    "AdvancedProfiler",
+    "PassThroughProfiler",
+    "Profiler",
+    "PyTorchProfiler",
+    "SimpleProfiler",
+    "XLAProfiler",
+    "build_profiler",
+]
