@@ -106,7 +106,7 @@ def missing_from_run(summary: dict) -> Counter[str]:
         entry["reason"].removeprefix("trainer.")
         for entries in summary["tests"].values()
         for entry in entries.values()
-        if entry.get("class") == "import"
+        if entry.get("class") == "import" and entry["reason"].startswith("trainer.")  # not a library of the test's
     )
 
 
@@ -145,6 +145,17 @@ def differences_list(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def refused_table() -> str:
+    """``tests/lightning_refused.py``'s table: what of Lightning's surface is refused, why, and what a user reads."""
+    from tests.lightning_refused import REFUSED
+
+    lines = ["| Lightning | Why not | What you get |", "|---|---|---|"]
+    for key, refusal in sorted(REFUSED.items()):
+        message = refusal.message.replace("\\", "").replace("|", "\\|")
+        lines.append(f"| `{key}` | {refusal.reason} | an error: {message} ... |")
+    return "\n".join(lines)
+
+
 def replace_between(text: str, key: str, body: str) -> str:
     start, end = START.format(key), END.format(key)
     if start not in text or end not in text:
@@ -159,5 +170,6 @@ def write_guide(out: Path, guide: Path = GUIDE) -> None:
     table = cannot_find_table(Counter({n: c for n, c in stopped.items() if not resolves(n)}), missing_from_surface())
     text = replace_between(guide.read_text(), "cannot-find", table)
     text = replace_between(text, "differences", differences_list(summary))
+    text = replace_between(text, "refused", refused_table())
     guide.write_text(text)
     print(f"lightning_guide: wrote {guide} from {out / 'summary.json'}")

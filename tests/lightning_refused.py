@@ -19,7 +19,34 @@ class Refusal:
 
 
 TPU = "steadytrain runs on CPUs and CUDA GPUs; there is no XLA/TPU support"
-REFUSED: dict[str, Refusal] = {}
+HOSTED = "a hosted tracking service steadytrain has no backend for; the other loggers and a Logger of your own work"
+REFUSED: dict[str, Refusal] = {
+    "loggers.CometLogger": Refusal(
+        HOSTED,
+        "CometLogger: steadytrain does not support Comet",
+        "from lightning.pytorch.loggers import CometLogger\nCometLogger()",
+    ),
+    "loggers.LitLogger": Refusal(
+        HOSTED,
+        "LitLogger: steadytrain does not support Lightning AI's hosted",
+        "from lightning.pytorch.loggers import LitLogger\nLitLogger()",
+    ),
+    "profilers.XLAProfiler": Refusal(
+        TPU,
+        "XLAProfiler: steadytrain does not run on TPUs",
+        "from lightning.pytorch.profilers import XLAProfiler\nXLAProfiler()",
+    ),
+    "LightningModule.configure_sharded_model": Refusal(
+        "deprecated by Lightning 2.1 for configure_model, which steadytrain calls; a module that still defines it is "
+        "refused before any work, so its code is never silently skipped",
+        r"configure_sharded_model\(\) is a hook",
+        "from lightning.pytorch import Trainer\n"
+        "from lightning.pytorch.demos.boring_classes import BoringModel\n"
+        "class Old(BoringModel):\n"
+        "    def configure_sharded_model(self):\n        pass\n"
+        "Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1).fit(Old())",
+    ),
+}
 
 # Parameters ours takes through ``**kwargs`` with the same meaning, by design.
 FORWARDED: dict[str, str] = {

@@ -265,3 +265,17 @@ def test_module_and_datamodule_saving_one_name_with_two_values_is_refused(tmp_pa
 
     with pytest.raises(RuntimeError, match=r"Error while merging hparams: the keys \['lr'\] are present in both"):
         quiet(tmp_path, max_steps=1, logger=Memory()).fit(Base(lr=0.1), datamodule=Data())
+
+
+def test_a_subclass_drops_what_its_base_saved() -> None:
+    class Base(trainer.Module):
+        def __init__(self, width: int = 4, seed: int = 0) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Sub(Base):
+        def __init__(self) -> None:
+            super().__init__(width=8)
+            self.remove_ignored_hparams(["seed"])
+
+    assert dict(Sub().hparams) == {"width": 8}

@@ -102,6 +102,11 @@ class HyperparametersMixin:
         """A copy of the hyper-parameters as they were saved (what the loggers get at fit start)."""
         return frozen(self._hparams_state().initial)
 
+    def remove_ignored_hparams(self, ignore_list: list[str]) -> None:
+        """Drop hyper-parameters a base class saved (a subclass that builds them itself), as Lightning's."""
+        for key in ignore_list:
+            self._hparams_state().values.pop(key, None)
+
     def _hparams_state(self) -> HParams:
         return state_of(self)
 
