@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import re
 
-# Lightning's names that steadytrain spells differently; the port imports ours under Lightning's name.
-RENAMED = {
-    "LightningModule": "Module",
-    "LightningDataModule": "DataModule",
-    "LightningCLI": "CLI",
-    "LightningArgumentParser": "ArgumentParser",
-}
+# Lightning's names that steadytrain spells differently; the port imports ours under Lightning's name (the CLI reads
+# Lightning's class paths in configs with the same table).
+from trainer.lightning_paths import RENAMED
 
 # Lightning's module -> the steadytrain module that holds its public names. A module not listed takes its
 # nearest listed parent: ``lightning.pytorch.callbacks.early_stopping`` -> ``trainer.callbacks``.

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trainer.log_rules",
             "trainer.launch",
             "trainer.move",
+            "trainer.lightning_paths",
             "trainer.overrides",
             "trainer.logo",
             "trainer.user_warnings",

@@ -408,3 +408,25 @@ def test_a_lightning_2_6_print_config_yaml_runs(tmp_path: Path) -> None:
     path = write_yaml(tmp_path / "lightning.yaml", config)
     ok(run_cli("fit --config", path, QUICK, "--trainer.default_root_dir", tmp_path / "runs"))
     assert list((tmp_path / "runs").glob("lightning_logs/version_0/checkpoints/*.ckpt"))
+
+
+def test_lightning_class_paths_in_a_config_and_on_the_command_line(tmp_path: Path) -> None:
+    """A LightningCLI project's YAML names Lightning's classes; read as ours, the file ports unchanged."""
+    from trainer.lightning_paths import port_class_paths
+
+    config = {
+        "trainer": {
+            "callbacks": [{"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"monitor": "x"}}],
+            "logger": {"class_path": "lightning.pytorch.loggers.csv_logs.CSVLogger", "init_args": {"save_dir": "l"}},
+        }
+    }
+    path = write_yaml(tmp_path / "lightning.yaml", config)
+    extra = "--trainer.callbacks+=pytorch_lightning.callbacks.LearningRateMonitor"
+    out = run_cli("fit --config", path, QUICK, extra, "--print_config")
+    printed = yaml.safe_load(ok(out))["trainer"]
+    assert [c["class_path"] for c in printed["callbacks"]] == [
+        "trainer.callbacks.EarlyStopping",
+        "trainer.callbacks.LearningRateMonitor",
+    ]
+    assert printed["logger"]["class_path"] == "trainer.loggers.CSVLogger"
+    assert port_class_paths("lightning.pytorch.NoSuchThing") == "lightning.pytorch.NoSuchThing"  # left for jsonargparse

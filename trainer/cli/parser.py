@@ -18,6 +18,7 @@ from trainer.callbacks.base import Callback
 from trainer.cli.help_text import plain_help, set_registry_help
 from trainer.cli.optimizers import AUTOMATIC, LR_SCHEDULER_TYPES, with_class_path
 from trainer.datamodule import DataModule
+from trainer.lightning_paths import port_class_paths
 from trainer.loggers import csv, mlflow, tensorboard, wandb  # noqa: F401  (so `class_path: CSVLogger` resolves)
 from trainer.module import Module
 from trainer.trainer import Trainer
@@ -45,6 +46,19 @@ class ArgumentParser(jsonargparse.ArgumentParser):
         self.callback_keys: list[str] = []  # groups built into callbacks that the CLI adds to the Trainer
         self.optimizers: ClassGroups = {}  # key -> (optimizer class(es), link_to)
         self.lr_schedulers: ClassGroups = {}
+
+    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """jsonargparse's, with Lightning's class paths read as steadytrain's (``trainer/lightning_paths.py``)."""
+        import sys
+
+        given = sys.argv[1:] if args is None else args
+        if isinstance(given, list | tuple):
+            given = [port_class_paths(a) if isinstance(a, str) else a for a in given]
+        return super().parse_args(given, *rest, **kwargs)
+
+    def parse_string(self, content: str, *rest: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """A config file's text (``--config``), with Lightning's class paths read as steadytrain's."""
+        return super().parse_string(port_class_paths(content), *rest, **kwargs)
 
     def add_lightning_class_args(
         self,
