@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "files, processes and records",
         ["trainer.claims", "trainer.checkpoint", "trainer.supervise", "trainer.metric_log", "trainer.loggers"],
     ),
-    ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
+    ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators", "trainer.plugins"]),
     ("the user's code", ["trainer.module", "trainer.datamodule"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
     ("callbacks", ["trainer.callbacks"]),

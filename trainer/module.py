@@ -413,6 +413,11 @@ class Module(nn.Module):
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) needs a running Trainer (call it from a step or hook).")
+        if trainer.barebones:
+            raise MisconfigurationException(
+                f"You are trying to `self.log({name!r})` but `Trainer(barebones=True)` is configured. Logging can "
+                "impact raw speed so it is disabled under this setting."
+            )
         if enable_graph:
             raise MisconfigurationException(
                 f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy."

@@ -26,6 +26,8 @@ from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
+from trainer.plugins.flag import read_plugins
+from trainer.plugins.flag import requeue_signal as plugged_requeue_signal
 from trainer.precision import Precision, build_precision
 from trainer.profilers import Profiler, build_profiler
 from trainer.states import TrainerState
@@ -48,7 +50,7 @@ class Trainer:
         devices: int | str | list[int] = "auto",
         strategy: str | Strategy = "auto",
         num_nodes: int = 1,
-        precision: str | int | Precision = "32-true",
+        precision: str | int | Precision | None = None,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
         max_steps: int = -1,
@@ -62,8 +64,8 @@ class Trainer:
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        num_sanity_val_steps: int = 2,
-        log_every_n_steps: int = 50,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
         fast_dev_run: bool | int = False,
         overfit_batches: int | float = 0.0,
         reload_dataloaders_every_n_epochs: int = 0,
@@ -71,14 +73,16 @@ class Trainer:
         deterministic: bool = False,
         benchmark: bool | None = None,
         detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
         sync_batchnorm: bool = False,
         profiler: str | Profiler | None = None,
         default_root_dir: str | os.PathLike[str] = "runs",
-        logger: bool | Logger | Iterable[Logger] = True,
+        logger: bool | Logger | Iterable[Logger] | None = None,
         callbacks: Callback | Iterable[Callback] | None = None,
-        enable_progress_bar: bool = True,
-        enable_checkpointing: bool = True,
-        enable_model_summary: bool = True,
+        enable_progress_bar: bool | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_model_summary: bool | None = None,
         max_time: str | timedelta | dict[str, int] | None = None,
         on_nonfinite_loss: str = "raise",
         on_data_change: str = "raise",
@@ -94,11 +98,12 @@ class Trainer:
         Args:
             accelerator: "auto" (CUDA, then MPS, then CPU), "cpu", "cuda", "gpu" or "mps".
             devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
-            strategy: "auto", "single", "ddp", "dp", "fsdp" (``trainer.strategies.STRATEGIES``), or a Strategy
-                instance (e.g. DDPStrategy(...)).
+            strategy: "auto", "single", "single_device", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "dp",
+                "fsdp", "fsdp_cpu_offload" (``trainer.strategies.STRATEGIES``; a "ddp" name may end in
+                "_find_unused_parameters_true"), or a Strategy instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
-            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", "16-true", "bf16-true"
-                (``trainer.precision.PRECISIONS``), or a Precision.
+            precision: "32-true" (None: the default), "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed",
+                "16-true", "bf16-true", "64-true" (``trainer.precision.PRECISIONS``), or a Precision.
             max_epochs: stop after this many epochs (default 1000 unless max_steps is set; -1: no limit).
             min_epochs: train at least this many epochs, even if early stopping asks to stop.
             max_steps: stop after this many optimizer steps (-1: no limit); may stop mid-epoch.
@@ -124,6 +129,11 @@ class Trainer:
             deterministic: ask PyTorch for deterministic algorithms.
             benchmark: torch.backends.cudnn.benchmark (None: leave it as it is).
             detect_anomaly: torch.autograd's anomaly detection during fit (slow; names the op that made a NaN).
+            barebones: turn off everything that costs speed (checkpointing, loggers, progress bar, model summary,
+                sanity check), to measure the loop itself; refuses them given on.
+            plugins: Lightning's plug-ins (``trainer.plugins``): a ClusterEnvironment (e.g.
+                SLURMEnvironment(auto_requeue=False)), a CheckpointIO (AsyncCheckpointIO()), a Precision, a
+                LayerSync (TorchSyncBatchNorm()); one of each kind.
             sync_batchnorm: BatchNorm statistics over the global batch (strategy="ddp").
             profiler: "simple" (time per step and hook), "advanced" (cProfile per action), "pytorch"
                 (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
@@ -150,14 +160,24 @@ class Trainer:
             collective_timeout: seconds (or a timedelta) a collective waits for every rank before the job
                 fails naming it (default 600: long enough for rank 0 to write a large checkpoint).
         """
+        (
+            logger,
+            enable_checkpointing,
+            enable_progress_bar,
+            enable_model_summary,
+            num_sanity_val_steps,
+            log_every_n_steps,
+        ) = flags.unset_flags(barebones, locals())
+        self.barebones = barebones
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
         self.val_check_interval = flags.check_val_check_interval(val_check_interval)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
-        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
+        given = read_plugins(plugins, precision, sync_batchnorm)
+        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout, given)
         self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
-        self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
+        self.precision: Precision = build_precision(given.precision or precision, self.strategy.root_device.type)
         self.strategy.connect_precision(self.precision)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         self.max_epochs = flags.max_epochs(max_epochs, max_steps)
@@ -195,7 +215,9 @@ class Trainer:
 
             check_trainer(self)
         self.seed = seed
-        self.requeue_signal = requeue_signal
+        self.requeue_signal = plugged_requeue_signal(
+            requeue_signal, getattr(self.strategy, "cluster_environment", None)
+        )
         self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
@@ -447,7 +469,11 @@ class Trainer:
 
         if is_datamodule(train_dataloaders):
             datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
-        self.fit_loop.run(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's weights and state come back here
+            self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
+            return
+        self.fit_loop.run(*args)
 
     def validate(
         self,
@@ -460,7 +486,10 @@ class Trainer:
         """Run ``validation_step`` over every sample once; returns each loader's epoch metrics."""
         from trainer.loops.stages import evaluate
 
-        return evaluate(self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
+        args: tuple[Any, ...] = (self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+        return evaluate(*args)
 
     def test(
         self,
@@ -473,7 +502,10 @@ class Trainer:
         """Run ``test_step`` over every sample once; returns each loader's epoch metrics."""
         from trainer.loops.stages import evaluate
 
-        return evaluate(self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
+        args: tuple[Any, ...] = (self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+        return evaluate(*args)
 
     def predict(
         self,
@@ -487,7 +519,10 @@ class Trainer:
         several); None with ``return_predictions=False``."""
         from trainer.loops.stages import predict
 
-        return predict(self, model, dataloaders, datamodule, return_predictions, ckpt_path)
+        args: tuple[Any, ...] = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
+        return predict(*args)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Collective: every rank must call it; global rank zero writes the file atomically.
