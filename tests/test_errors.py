@@ -80,7 +80,7 @@ _BEYOND_CORES = (os.cpu_count() or 1) + 4  # an index out of range whatever the 
 @pytest.mark.parametrize(
     ("devices", "pattern"),
     [
-        (0, r"devices=0)` value is not a valid input"),
+        (0, r"devices=0\)` value is not a valid input"),
         (-2, r"devices=-2 must be a positive count"),
         (
             [_BEYOND_CORES],
