@@ -39,7 +39,7 @@ def build_precision(precision: str | int | Precision | None, device_type: str) -
 
             TransformerEnginePrecision()  # raises, naming what to use instead
         raise MisconfigurationException(
-            f"Precision {precision!r} is invalid. Allowed precision values: {', '.join(_ALLOWED)}."
+            f"precision={precision!r} is invalid. Allowed precision values: {', '.join(_ALLOWED)}."
         )
     if name == "32-true":
         return Precision()

@@ -90,7 +90,6 @@ __all__ = [
     "DataParallelStrategy",
     "DeepSpeedStrategy",
     "FSDPStrategy",
-    "ModelParallelStrategy",
     "ParallelStrategy",
     "SingleDeviceStrategy",
     "SingleDeviceXLAStrategy",
@@ -106,7 +105,6 @@ _LAZY = {
     "DataParallelStrategy": "trainer.strategies.dp",
     "FSDPStrategy": "trainer.strategies.fsdp",
     "ParallelStrategy": "trainer.strategies.parallel",  # the base of DDP and FSDP
-    "ModelParallelStrategy": "trainer.strategies.model_parallel",
     "DeepSpeedStrategy": "trainer.strategies.unsupported",
     "XLAStrategy": "trainer.strategies.unsupported",
     "SingleDeviceXLAStrategy": "trainer.strategies.unsupported",

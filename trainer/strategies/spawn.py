@@ -182,6 +182,7 @@ def _wait(processes: list[multiprocessing.process.BaseProcess], folder: str) -> 
         while pending:
             for sentinel in multiprocessing.connection.wait(list(pending), timeout=_POLL_S):
                 rank = pending.pop(sentinel)  # type: ignore[arg-type]
+                processes[rank].join()  # the sentinel closes just before the exit code is there to read
                 code = processes[rank].exitcode
                 if code:
                     raise _failure(processes, rank, code, folder)
