@@ -9,6 +9,7 @@ plain module pays nothing for them. The overridable steps (``backward``, ``optim
 from __future__ import annotations
 
 import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -413,11 +414,13 @@ class Module(nn.Module):
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) needs a running Trainer (call it from a step or hook).")
-        if trainer.barebones:
-            raise MisconfigurationException(
+        if trainer.barebones:  # Lightning's rule: a warning, and nothing logged
+            warnings.warn(
                 f"You are trying to `self.log({name!r})` but `Trainer(barebones=True)` is configured. Logging can "
-                "impact raw speed so it is disabled under this setting."
+                "impact raw speed so it is disabled under this setting.",
+                stacklevel=2,
             )
+            return
         if enable_graph:
             raise MisconfigurationException(
                 f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy."

@@ -216,7 +216,7 @@ class Trainer:
             check_trainer(self)
         self.seed = seed
         self.requeue_signal = plugged_requeue_signal(
-            requeue_signal, getattr(self.strategy, "cluster_environment", None)
+            requeue_signal, given.cluster_environment or getattr(self.strategy, "cluster_environment", None)
         )
         self.loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(

@@ -11,6 +11,7 @@ import torch
 
 from trainer.accelerators.devices import Accelerator, resolve_devices, under_launcher
 from trainer.exceptions import MisconfigurationException
+from trainer.plugins.environments import SLURMEnvironment
 from trainer.plugins.flag import Plugins
 from trainer.strategies import Strategy, build_strategy
 
@@ -138,17 +139,20 @@ def _plug_in(strategy: Strategy, plugins: Plugins) -> None:
         strategy.checkpoint_io = plugins.checkpoint_io
     if plugins.cluster_environment is not None:
         setter = getattr(strategy, "set_cluster_environment", None)
-        if setter is None:
+        if setter is None and isinstance(plugins.cluster_environment, SLURMEnvironment):
+            pass  # one process on SLURM: the environment only names the requeue signal (the Trainer reads it)
+        elif setter is None:
             raise MisconfigurationException(
                 f"plugins=[{plugins.cluster_environment!r}]: strategy={strategy.name!r} runs one process and needs no "
                 "cluster environment; use strategy='ddp' (or 'fsdp') for several processes."
             )
-        setter(plugins.cluster_environment)
+        else:
+            setter(plugins.cluster_environment)
     if plugins.layer_sync is not None:
         if not hasattr(strategy, "layer_sync"):
             raise MisconfigurationException(
                 f"plugins=[{plugins.layer_sync!r}] synchronises layers across processes; strategy={strategy.name!r} "
-                "has one. Use strategy='ddp'."
+                "runs one process. Use strategy='ddp'."
             )
         strategy.layer_sync = plugins.layer_sync  # type: ignore[attr-defined]
 
