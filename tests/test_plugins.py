@@ -22,6 +22,7 @@ from trainer.plugins import (
     TorchCheckpointIO,
     TorchSyncBatchNorm,
 )
+from trainer.plugins.environments import ClusterEnvironment, cluster_of
 from trainer.plugins.io import PathLike
 from trainer.plugins.layer_sync import CPUSyncBatchNorm
 
@@ -173,3 +174,47 @@ class LoggingRegressor(Regressor):
         loss = super().training_step(batch, batch_idx)
         self.log("loss", loss)
         return loss
+
+
+class MyCluster(ClusterEnvironment):
+    """A cluster steadytrain does not know: rank 3 of 4 on node 1, rendezvous at 10.0.0.1:29999."""
+
+    def __init__(self, world: int = 4) -> None:
+        self.world = world
+
+    creates_processes_externally = True  # type: ignore[assignment]
+    main_address = "10.0.0.1"  # type: ignore[assignment]
+    main_port = 29999  # type: ignore[assignment]
+
+    @staticmethod
+    def detect() -> bool:
+        return True
+
+    def world_size(self) -> int:
+        return self.world
+
+    def set_world_size(self, size: int) -> None:
+        self.world = size
+
+    def global_rank(self) -> int:
+        return 3
+
+    def set_global_rank(self, rank: int) -> None:
+        pass
+
+    def local_rank(self) -> int:
+        return 1
+
+    def node_rank(self) -> int:
+        return 1
+
+
+def test_your_own_cluster_environment_places_the_rank() -> None:
+    cluster = cluster_of(MyCluster(), num_devices=2, num_nodes=2)
+    assert (cluster.rank, cluster.local_rank, cluster.world_size, cluster.node_rank) == (3, 1, 4, 1)
+    assert (cluster.master_addr, cluster.master_port, cluster.source) == ("10.0.0.1", 29999, "MyCluster")
+
+
+def test_a_cluster_environment_that_contradicts_devices_times_nodes_is_refused() -> None:
+    with pytest.raises(RuntimeError, match=r"\(MyCluster\) started WORLD_SIZE=3 .* devices=2 x num_nodes=2 = 4"):
+        cluster_of(MyCluster(world=3), num_devices=2, num_nodes=2)
