@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 import trainer
+import trainer.plugins
+import trainer.strategies
 from tests.models import Regressor, loader, quiet, regression_data
 from trainer.exceptions import MisconfigurationException
 from trainer.plugins import (
@@ -112,13 +114,14 @@ def test_a_layer_sync_on_one_device_is_refused(tmp_path: Path) -> None:
 def test_a_double_precision_plugin_trains_in_float64(tmp_path: Path) -> None:
     precision = DoublePrecision()
     t, module = fit_with(tmp_path, [precision])
-    assert t.precision is precision
+    assert t.precision_plugin is precision
+    assert t.precision == "64-true"
     assert all(p.dtype == torch.float64 for p in module.parameters())
 
 
 def test_a_mixed_precision_plugin_is_the_trainers_precision(tmp_path: Path) -> None:
     precision = MixedPrecision("bf16-mixed", "cpu")
-    assert quiet(tmp_path, plugins=[precision]).precision is precision
+    assert quiet(tmp_path, plugins=[precision]).precision_plugin is precision
 
 
 def test_a_precision_given_as_flag_and_plugin_is_refused(tmp_path: Path) -> None:
@@ -218,3 +221,28 @@ def test_your_own_cluster_environment_places_the_rank() -> None:
 def test_a_cluster_environment_that_contradicts_devices_times_nodes_is_refused() -> None:
     with pytest.raises(RuntimeError, match=r"\(MyCluster\) started WORLD_SIZE=3 .* devices=2 x num_nodes=2 = 4"):
         cluster_of(MyCluster(world=3), num_devices=2, num_nodes=2)
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda: trainer.plugins.DeepSpeedPrecision(), "DeepSpeedPrecision.*fsdp"),
+        (lambda: trainer.plugins.XLAPrecision(), "XLAPrecision.*TPU"),
+        (lambda: trainer.plugins.BitsandbytesPrecision(), "BitsandbytesPrecision.*bf16-true"),
+        (lambda: trainer.plugins.TransformerEnginePrecision(), "TransformerEnginePrecision.*bf16-mixed"),
+        (lambda: trainer.plugins.XLACheckpointIO(), "XLACheckpointIO.*TorchCheckpointIO"),
+        (lambda: trainer.strategies.DeepSpeedStrategy(), "DeepSpeedStrategy.*fsdp"),
+        (lambda: trainer.strategies.XLAStrategy(), "XLAStrategy.*TPU"),
+    ],
+)
+def test_unsupported_hardware_names_import_and_refuse_with_what_to_use(build: Any, says: str) -> None:
+    with pytest.raises(MisconfigurationException, match=says):
+        build()
+
+
+def test_fork_after_cuda_was_initialised_says_so_and_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.strategies.spawn import check_cuda_not_initialized
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*ddp_spawn"):
+        check_cuda_not_initialized()

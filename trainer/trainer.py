@@ -177,8 +177,8 @@ class Trainer:
         given = read_plugins(plugins, precision, sync_batchnorm)
         self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout, given)
         self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
-        self.precision: Precision = build_precision(given.precision or precision, self.strategy.root_device.type)
-        self.strategy.connect_precision(self.precision)
+        self.precision_plugin: Precision = build_precision(given.precision or precision, self.strategy.root_device.type)
+        self.strategy.connect_precision(self.precision_plugin)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         self.max_epochs = flags.max_epochs(max_epochs, max_steps)
         self.min_epochs = min_epochs
@@ -280,6 +280,12 @@ class Trainer:
     @property
     def predicting(self) -> bool:
         return self.state.stage == "predict"
+
+    @property
+    def precision(self) -> str:
+        """Lightning's string for the setting (``trainer.precision == "bf16-mixed"``); the plug-in that applies it
+        is ``precision_plugin``."""
+        return self.precision_plugin.name
 
     @property
     def lightning_module(self) -> Module:

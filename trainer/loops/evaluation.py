@@ -98,7 +98,7 @@ class EvaluationLoop:
         several = len(self.loaders) > 1
         user_step = getattr(module, _STEP[stage])
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], len(self.loaders), idx)
-        step = trainer.precision.autocast(step)
+        step = trainer.precision_plugin.autocast(step)
         to_device = transfer(trainer, idx)
         batches: Iterable[Any] = start_iterator(loader) if started is None else started
         if math.isfinite(total):  # never one batch more than is run: the loader is not asked for it

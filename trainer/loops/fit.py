@@ -127,7 +127,7 @@ class FitLoop:
         if restore is not None:
             trainer.state.loaded(restore.path)
             restore.load(Phase.MODULE)
-        trainer.precision.convert_module(module)
+        trainer.precision_plugin.convert_module(module)
         strategy.setup_module(module)
         optimizers, schedulers = parse_optimizers(module.configure_optimizers())
         check_optimizers(module, optimizers)

@@ -84,7 +84,7 @@ class Optimization:
         trainer = self.trainer
         hooks.call(trainer, "on_before_backward", loss)
         with trainer.strategy.manual_backward_sync() if self.manual else contextlib.nullcontext():
-            trainer.lightning_module.backward(trainer.precision.scale_loss(loss), *args, **kwargs)
+            trainer.lightning_module.backward(trainer.precision_plugin.scale_loss(loss), *args, **kwargs)
         hooks.call(trainer, "on_after_backward")
 
     # ---- toggling (GANs: one optimizer's parameters train, the others' are frozen) --------------------
@@ -117,7 +117,7 @@ class Optimization:
             )
         if value <= 0:
             raise MisconfigurationException(f"gradient_clip_val={value!r} must be > 0.")
-        self.trainer.precision.unscale_(optimizer)
+        self.trainer.precision_plugin.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         self.trainer.strategy.clip_gradients(params, value, algorithm)
 

@@ -23,7 +23,6 @@ _ALIASES = {
     "64": "64-true",
     64: "64-true",
 }
-_ALLOWED = ("64", "32", "16", "bf16", *PRECISIONS)
 
 
 def build_precision(precision: str | int | Precision | None, device_type: str) -> Precision:
@@ -39,7 +38,8 @@ def build_precision(precision: str | int | Precision | None, device_type: str) -
 
             TransformerEnginePrecision()  # raises, naming what to use instead
         raise MisconfigurationException(
-            f"precision={precision!r} is invalid. Allowed precision values: {', '.join(_ALLOWED)}."
+            f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)} (or Lightning's "
+            "aliases 64, 32, 16, bf16)."
         )
     if name == "32-true":
         return Precision()

@@ -37,7 +37,7 @@ def isolated(
     weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
     grads = [None if p.grad is None else p.grad.detach().clone() for p in module.parameters()]
     mode, rng = module.training, rng_state()
-    precision = copy.deepcopy(trainer.precision.state_dict())
+    precision = copy.deepcopy(trainer.precision_plugin.state_dict())
     progress, metrics = trainer.fit_loop.progress.state_dict(), trainer.metric_log.state_dict()
     flags = trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop
     limits_given, callbacks_given, loggers = dict(trainer.limits), list(trainer.callbacks), list(trainer.loggers)
@@ -55,7 +55,7 @@ def isolated(
             p.grad = grad
         module.train(mode)
         set_rng_state(rng)
-        trainer.precision.load_state_dict(precision)
+        trainer.precision_plugin.load_state_dict(precision)
         trainer.fit_loop.progress.load_state_dict(progress)
         trainer.metric_log.load_state_dict(metrics)
         trainer.max_steps, trainer.num_sanity_val_steps, trainer.should_stop = flags
