@@ -246,3 +246,25 @@ def test_fork_after_cuda_was_initialised_says_so_and_names_the_fix(monkeypatch: 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*ddp_spawn"):
         check_cuda_not_initialized()
+
+
+def test_slurm_environment_reads_the_ranks_srun_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"SLURM_NTASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
+    monkeypatch.setenv("SLURM_NNODES", "2")
+    cluster = cluster_of(SLURMEnvironment(), num_devices=2, num_nodes=2)
+    assert (cluster.rank, cluster.local_rank, cluster.world_size, cluster.node_rank) == (3, 1, 4, 1)
+    with pytest.raises(MisconfigurationException, match="devices=4 disagrees with SLURM_NTASKS_PER_NODE=2"):
+        SLURMEnvironment().validate_settings(num_devices=4, num_nodes=2)
+
+
+def test_torchelastic_environment_reads_the_ranks_torchrun_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.plugins import TorchElasticEnvironment
+
+    env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "29500"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert TorchElasticEnvironment.detect()
+    cluster = cluster_of(TorchElasticEnvironment(), num_devices=2, num_nodes=2)
+    assert (cluster.rank, cluster.local_rank, cluster.world_size, cluster.node_rank) == (2, 0, 4, 1)
