@@ -262,7 +262,8 @@ def test_slurm_environment_reads_the_ranks_srun_set(monkeypatch: pytest.MonkeyPa
 def test_torchelastic_environment_reads_the_ranks_torchrun_set(monkeypatch: pytest.MonkeyPatch) -> None:
     from trainer.plugins import TorchElasticEnvironment
 
-    env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "29500"}
+    env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    env["MASTER_PORT"] = "29500"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert TorchElasticEnvironment.detect()
