@@ -86,3 +86,10 @@ def test_a_failing_rank_ends_the_job_with_its_traceback(worker: Path, tmp_path: 
     assert "[rank1]: ValueError: boom on rank 1" in finished.output  # the rank's traceback
     assert finished.output.rstrip().splitlines()[-1] == "rank 1 failed: ValueError: boom on rank 1"
     assert_no_leftovers(str(worker))
+
+
+def test_fsdp_cpu_offload_names_fsdp_with_its_parameters_on_the_cpu() -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    assert isinstance(build_strategy("fsdp_cpu_offload").offload_policy, CPUOffloadPolicy)  # type: ignore[attr-defined]
+    assert build_strategy("fsdp").offload_policy is None  # type: ignore[attr-defined]
