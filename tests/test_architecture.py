@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "files, processes and records",
         ["trainer.claims", "trainer.checkpoint", "trainer.supervise", "trainer.metric_log", "trainer.loggers"],
     ),
-    ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators"]),
+    ("devices and processes: the Strategy", ["trainer.strategies", "trainer.accelerators", "trainer.plugins"]),
     ("the user's code", ["trainer.module", "trainer.datamodule", "trainer.export"]),
     ("data: loaders, sharding, position, batches to the device", ["trainer.data"]),
     # The tuner's searches run from callbacks' hooks (BatchSizeFinder, LearningRateFinder), on Trainers they build

@@ -20,7 +20,7 @@ from trainer.launch import (
     rank_environment,
     slurm_port,
 )
-from trainer.supervise import _describe_exit, _exit_status
+from trainer.supervise import _exit_status, describe_exit
 
 TORCHRUN = {
     "RANK": "3",
@@ -188,8 +188,8 @@ def test_python_dash_c_refuses_with_advice() -> None:
 # ---- small pieces --------------------------------------------------------------------------
 def test_exit_codes_and_messages() -> None:
     assert (_exit_status(1), _exit_status(-9)) == (1, 137)
-    assert _describe_exit(1, 3) == "rank 1 exited with code 3 (see its traceback above)"
-    assert _describe_exit(2, -9) == "rank 2 was killed by SIGKILL"
+    assert describe_exit(1, 3) == "rank 1 exited with code 3 (see its traceback above)"
+    assert describe_exit(2, -9) == "rank 2 was killed by SIGKILL"
 
 
 def test_free_port_can_be_bound() -> None:

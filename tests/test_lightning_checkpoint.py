@@ -219,7 +219,7 @@ def test_lightnings_grad_scaler_state_continues_in_ours(lightning_run: Path, tmp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fp16 on the CPU is slow; the callbacks' states have no callback here
         fit.fit(OurRegressor(), *_loaders(), ckpt_path=ckpt)
-    scaler = fit.precision.scaler  # type: ignore[attr-defined]
+    scaler = fit.precision_plugin.scaler  # type: ignore[attr-defined]
     assert scaler.get_scale() == 1024.0 and scaler._get_growth_tracker() == 7 + 5  # 5 more finite steps
 
 
@@ -251,7 +251,7 @@ def test_a_lightning_16_mixed_run_continues_on_cuda(tmp_path: Path) -> None:
     for mine, lightning_param in zip(ours.lightning_module.parameters(), theirs.lightning_module.parameters()):
         torch.testing.assert_close(mine, lightning_param, rtol=1e-6, atol=1e-7)
     assert ours.global_step == theirs.global_step
-    assert ours.precision.scaler.get_scale() == theirs.precision_plugin.scaler.get_scale()  # type: ignore[attr-defined]
+    assert ours.precision_plugin.scaler.get_scale() == theirs.precision_plugin.scaler.get_scale()  # type: ignore[attr-defined]
 
 
 def test_pickled_hyper_parameters_are_refused_unless_allowed(lightning_run: Path, tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ class Probe(trainer.Callback):
     ) -> None:
         self.after.append(params(module))
         self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
-        scaler = getattr(trainer.precision, "scaler", None)
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
         self.scales.append(scaler.get_scale() if scaler is not None else 1.0)
 
     def changed(self, i: int) -> bool:
@@ -132,7 +132,7 @@ def test_bf16_mixed_runs_forward_in_bfloat16_and_trains(tmp_path: Path) -> None:
     assert module.dtypes == [torch.bfloat16] * 6  # 4 training steps, 2 validation batches
     assert all(probe.changed(i) for i in range(4))
     assert all(p.dtype == torch.float32 for p in module.parameters())
-    assert fit.precision.state_dict() == {}  # no scaler for bf16
+    assert fit.precision_plugin.state_dict() == {}  # no scaler for bf16
 
 
 def test_16_mixed_overflow_skips_the_step_lowers_the_scale_and_holds_the_scheduler(tmp_path: Path) -> None:
@@ -178,9 +178,9 @@ def test_scaler_state_is_in_the_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "scaler.ckpt"
     fit.save_checkpoint(path)
     saved = torch.load(path, weights_only=True)["precision"]["scaler"]
-    assert saved["scale"] == 32768.0 == fit.precision.scaler.get_scale()  # type: ignore[attr-defined]
+    assert saved["scale"] == 32768.0 == fit.precision_plugin.scaler.get_scale()  # type: ignore[attr-defined]
     assert saved["_growth_tracker"] == 2  # two clean steps since the overflow
-    fresh = quiet(tmp_path, precision="16-mixed").precision
+    fresh = quiet(tmp_path, precision="16-mixed").precision_plugin
     fresh.load_state_dict({"scaler": saved})
     assert fresh.state_dict()["scaler"]["scale"] == 32768.0
 
@@ -199,7 +199,7 @@ def test_scaler_state_is_in_the_checkpoint(tmp_path: Path) -> None:
     ],
 )
 def test_precision_aliases(tmp_path: Path, given: str | int, name: str) -> None:
-    assert quiet(tmp_path, precision=given).precision.name == name
+    assert quiet(tmp_path, precision=given).precision == name
 
 
 # ---- gradient clipping ------------------------------------------------------------------------------

@@ -209,7 +209,9 @@ def test_estimated_stepping_batches_outside_fit_says_when_it_is_known(tmp_path: 
 
 
 # ---- true half precision ---------------------------------------------------------------------------
-@pytest.mark.parametrize("precision, dtype", [("bf16-true", torch.bfloat16), ("16-true", torch.float16)])
+@pytest.mark.parametrize(
+    "precision, dtype", [("bf16-true", torch.bfloat16), ("16-true", torch.float16), ("64-true", torch.float64)]
+)
 def test_true_half_precision_equals_a_hand_written_half_loop(tmp_path: Path, precision: str, dtype: Any) -> None:
     data = regression_data(n=32)
     torch.manual_seed(0)
@@ -252,6 +254,20 @@ def test_true_half_precision_leaves_integer_inputs_alone(tmp_path: Path) -> None
 def test_an_unknown_precision_names_the_valid_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"precision='bf16-fancy'.*bf16-true"):
         quiet(tmp_path, precision="bf16-fancy")
+
+
+@pytest.mark.parametrize("precision", [None, "32-true", 32])
+def test_precision_none_is_lightnings_default_32_true(tmp_path: Path, precision: Any) -> None:
+    t = quiet(tmp_path, precision=precision)
+    assert t.precision == "32-true"  # Lightning's string; the plug-in is precision_plugin
+    module = Regressor()
+    t.fit(module, loader(regression_data(n=16), batch_size=8))
+    assert {p.dtype for p in module.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize("precision", ["64", 64, "64-true"])
+def test_precision_64_names_double_precision(tmp_path: Path, precision: Any) -> None:
+    assert quiet(tmp_path, precision=precision).precision == "64-true"
 
 
 # ---- profilers ---------------------------------------------------------------------------------------

@@ -293,3 +293,47 @@ def check_model_registry(value: str | None) -> None:
             f"model_registry={value!r}: steadytrain has no model registry (Lightning uploads to its cloud hub). "
             "Leave it None; copy the checkpoint where you keep models (ModelCheckpoint(dirpath=...))."
         )
+
+
+# Lightning's defaults for the flags it takes as None ("unset"), which barebones mode turns off.
+UNSET_DEFAULTS = {
+    "logger": True,
+    "enable_checkpointing": True,
+    "enable_progress_bar": True,
+    "enable_model_summary": True,
+    "num_sanity_val_steps": 2,
+    "log_every_n_steps": 50,
+}
+_BAREBONES_OFF = {
+    "enable_checkpointing": "Checkpointing can impact raw speed so it is disabled in barebones mode.",
+    "logger": "Logging can impact raw speed so it is disabled in barebones mode.",
+    "enable_progress_bar": "The progress bar can impact raw speed so it is disabled in barebones mode.",
+    "log_every_n_steps": "Logging can impact raw speed so it is disabled in barebones mode.",
+    "enable_model_summary": "Model summary can impact raw speed so it is disabled in barebones mode.",
+    "num_sanity_val_steps": "Sanity checking can impact raw speed so it is disabled in barebones mode.",
+}
+_BAREBONES_REFUSED = {
+    "fast_dev_run": "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.",
+    "detect_anomaly": "Anomaly detection can impact raw speed so it is disabled in barebones mode.",
+    "profiler": "Profiling can impact raw speed so it is disabled in barebones mode.",
+}
+
+
+def unset_flags(barebones: bool, values: dict[str, Any]) -> tuple[Any, ...]:
+    """The flags of ``UNSET_DEFAULTS`` resolved (None: the default), in that order.
+
+    ``barebones=True`` (Lightning's rules) turns off checkpointing, loggers, the progress bar, the model summary
+    and the sanity check, and refuses any of them given on, and ``fast_dev_run``, ``detect_anomaly`` or a
+    profiler. ``log_every_n_steps`` keeps its default: with no logger nothing is written.
+    """
+    if not isinstance(barebones, bool):
+        raise MisconfigurationException(f"barebones={barebones!r} must be True or False.")
+    if not barebones:
+        return tuple(UNSET_DEFAULTS[k] if values[k] is None else values[k] for k in UNSET_DEFAULTS)
+    for name, why in _BAREBONES_OFF.items():
+        if values[name] not in (None, False, 0):
+            raise MisconfigurationException(f"`Trainer(barebones=True, {name}={values[name]!r})` was passed. {why}")
+    for name, why in _BAREBONES_REFUSED.items():
+        if values[name] not in (None, False, 0):
+            raise MisconfigurationException(f"`Trainer(barebones=True, {name}={values[name]!r})` was passed. {why}")
+    return False, False, False, False, 0, UNSET_DEFAULTS["log_every_n_steps"]

@@ -31,7 +31,7 @@ class ClusterEnv:
     local_world_size: int
     master_addr: str
     master_port: int
-    source: str  # "torchrun" | "slurm" | "self" | "local"
+    source: str  # "torchrun" | "slurm" | "self" | "spawn" | "local", or the class of the user's ClusterEnvironment
 
 
 # ---- detection ---------------------------------------------------------------------------
@@ -47,13 +47,13 @@ def detect_cluster(
     legacy_local_rank = pop_legacy_local_rank(argv, environ)
     if "RANK" in environ and "WORLD_SIZE" in environ:
         env = _from_torchrun(environ, num_devices, legacy_local_rank)
-    elif _slurm_managed(environ):
+    elif slurm_managed(environ):
         env = _from_slurm(environ, num_devices)
     elif num_devices * num_nodes > 1:
         env = _plan_self_launch(environ, num_devices, num_nodes, argv)
     else:
         env = ClusterEnv(0, 0, 1, 0, 1, "127.0.0.1", _port(environ) or find_free_port(), "local")
-    _check_world_size(env, num_devices, num_nodes)
+    check_world_size(env, num_devices, num_nodes)
     return env
 
 
@@ -85,7 +85,7 @@ def _from_torchrun(environ: Mapping[str, str], num_devices: int, legacy_local_ra
     local_rank = int(environ.get("LOCAL_RANK", legacy_local_rank if legacy_local_rank is not None else 0))
     local_world_size = int(environ.get("LOCAL_WORLD_SIZE", num_devices))
     node_rank = int(environ.get("GROUP_RANK", environ.get("NODE_RANK", rank // max(local_world_size, 1))))
-    source = "self" if environ.get(SELF_LAUNCH_VAR) == "1" else "torchrun"
+    source = {"1": "self", "spawn": "spawn"}.get(environ.get(SELF_LAUNCH_VAR, ""), "torchrun")
     addr = environ.get("MASTER_ADDR", "127.0.0.1")
     port = _port(environ)
     if port is None:
@@ -93,7 +93,7 @@ def _from_torchrun(environ: Mapping[str, str], num_devices: int, legacy_local_ra
     return ClusterEnv(rank, local_rank, world_size, node_rank, local_world_size, addr, port, source)
 
 
-def _slurm_managed(environ: Mapping[str, str]) -> bool:
+def slurm_managed(environ: Mapping[str, str]) -> bool:
     """SLURM started our tasks (srun/sbatch), not just an interactive shell on an allocation."""
     return "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in _INTERACTIVE_JOB_NAMES
 
@@ -167,7 +167,7 @@ def _plan_self_launch(environ: Mapping[str, str], num_devices: int, num_nodes: i
     return ClusterEnv(0, 0, num_devices, 0, num_devices, "127.0.0.1", port, "self")
 
 
-def _check_world_size(env: ClusterEnv, num_devices: int, num_nodes: int) -> None:
+def check_world_size(env: ClusterEnv, num_devices: int, num_nodes: int) -> None:
     expected = num_devices * num_nodes
     if env.world_size == expected and env.local_world_size == num_devices:
         return
@@ -260,8 +260,8 @@ def launch_command(argv: list[str] | None = None, main: ModuleType | None = None
         raise RuntimeError(
             "strategy='ddp' with several devices starts one process per device by re-running your script, "
             "but this is an interactive session (REPL, notebook or `python -c`) with no script to re-run. "
-            "Put the code in a file and run it, launch it with `torchrun --nproc_per_node N train.py`, "
-            "or use devices=1."
+            "In a notebook use strategy='ddp_notebook' (forks this kernel); else put the code in a file and run it, "
+            "launch it with `torchrun --nproc_per_node N train.py`, or use devices=1."
         )
     return [sys.executable, os.path.abspath(argv[0]), *argv[1:]]
 

@@ -496,6 +496,13 @@ class Module(HyperparametersMixin, nn.Module):
                 stacklevel=2,
             )
             return
+        if trainer.barebones:  # Lightning's rule: a warning, and nothing logged
+            warnings.warn(
+                f"You are trying to `self.log({name!r})` but `Trainer(barebones=True)` is configured. Logging can "
+                "impact raw speed so it is disabled under this setting.",
+                stacklevel=2,
+            )
+            return
         if enable_graph:
             raise MisconfigurationException(
                 f"self.log({name!r}, enable_graph=True): logged values are detached here; log a copy."

@@ -64,7 +64,7 @@ def on_rank_exception(exception: BaseException) -> None:
         return  # a clean exit (e.g. after a signal every rank agreed on): the children end on their own
     if _children is not None:
         _children.on_parent_exception(_is_peer_failure(exception))
-    elif os.environ.get(SELF_LAUNCH_VAR) == "1" and _is_peer_failure(exception) and not _waited_as_secondary:
+    elif os.environ.get(SELF_LAUNCH_VAR) in ("1", "spawn") and _is_peer_failure(exception) and not _waited_as_secondary:
         _waited_as_secondary = True
         time.sleep(_SECONDARY_WAIT_S)
 
@@ -73,10 +73,15 @@ def _is_peer_failure(exception: BaseException) -> bool:
     """The error looks like the echo of another rank's death (gloo/NCCL lost a peer)."""
     seen: BaseException | None = exception
     while seen is not None:
-        if any(hint in str(seen).lower() for hint in _PEER_ERROR_HINTS):
+        if is_peer_failure_text(str(seen)):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def is_peer_failure_text(text: str) -> bool:
+    """An error message that only says another rank vanished."""
+    return any(hint in text.lower() for hint in _PEER_ERROR_HINTS)
 
 
 def _install_excepthook(rank: int) -> None:
@@ -117,7 +122,7 @@ class _Children:
     @classmethod
     def start(cls, env: ClusterEnv) -> _Children:
         command = launch_command()
-        preexec = _die_with_parent()
+        preexec = die_with_parent()
         failure_dir = tempfile.mkdtemp(prefix="steadytrain-ranks-")
         atexit.register(shutil.rmtree, failure_dir, ignore_errors=True)
         procs = {}
@@ -152,7 +157,7 @@ class _Children:
         with self._lock:  # never released: a second caller waits here until os._exit
             self._aborting = self._stopping = True
             _flush_std_streams()
-            os.write(2, f"steadytrain: {_describe_exit(rank, code)}; stopping all ranks.\n".encode())
+            os.write(2, f"steadytrain: {describe_exit(rank, code)}; stopping all ranks.\n".encode())
             self.kill()
             cause = failures.recorded(self.failure_dir, rank)
             if cause is not None:  # the last line: what the user needs, without scrolling
@@ -204,7 +209,7 @@ class _Children:
             os._exit(1)
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A preexec_fn asking Linux to SIGKILL the child when rank 0 dies (None where unsupported).
 
     The signal fires when the *thread* that forked exits, so it is only used from the main thread.
@@ -223,7 +228,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return set_pdeathsig
 
 
-def _describe_exit(rank: int, code: int) -> str:
+def describe_exit(rank: int, code: int) -> str:
     if code < 0:
         return f"rank {rank} was killed by {signal.Signals(-code).name}"
     if code == 0:

@@ -29,6 +29,8 @@ from trainer.loggers.dummy import DummyLogger
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
+from trainer.plugins.flag import read_plugins
+from trainer.plugins.flag import requeue_signal as plugged_requeue_signal
 from trainer.precision import Precision, build_precision
 from trainer.profilers import Profiler, build_profiler
 from trainer.states import TrainerState
@@ -75,6 +77,8 @@ class Trainer:
         deterministic: bool | Literal["warn"] | None = None,
         benchmark: bool | None = None,
         detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
         sync_batchnorm: bool = False,
         profiler: str | Profiler | None = None,
         default_root_dir: str | os.PathLike[str] | None = None,
@@ -100,11 +104,12 @@ class Trainer:
         Args:
             accelerator: "auto" (CUDA, then MPS, then CPU), "cpu", "cuda", "gpu" or "mps".
             devices: how many devices (or processes on CPU), a list of indices, -1 for all, or "auto".
-            strategy: "auto", "single", "ddp", "dp", "fsdp" (``trainer.strategies.STRATEGIES``), or a Strategy
-                instance (e.g. DDPStrategy(...)).
+            strategy: "auto", "single", "single_device", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "dp",
+                "fsdp", "fsdp_cpu_offload" (``trainer.strategies.STRATEGIES``; a "ddp" name may end in
+                "_find_unused_parameters_true"), or a Strategy instance (e.g. DDPStrategy(...)).
             num_nodes: machines in a multi-node DDP job.
-            precision: "32-true", "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed", "16-true", "bf16-true"
-                (``trainer.precision.PRECISIONS``), or a Precision.
+            precision: "32-true" (None: the default), "16-mixed" (fp16 autocast + GradScaler), "bf16-mixed",
+                "16-true", "bf16-true", "64-true" (``trainer.precision.PRECISIONS``), or a Precision.
             max_epochs: stop after this many epochs (None: 1000 with a warning, or no limit with max_steps or
                 max_time; -1: no limit).
             min_epochs: train at least this many epochs, even if early stopping asks to stop.
@@ -133,6 +138,11 @@ class Trainer:
                 None or False (off).
             benchmark: torch.backends.cudnn.benchmark (None: leave it as it is).
             detect_anomaly: torch.autograd's anomaly detection during fit (slow; names the op that made a NaN).
+            barebones: turn off everything that costs speed (checkpointing, loggers, progress bar, model summary,
+                sanity check), to measure the loop itself; refuses them given on.
+            plugins: Lightning's plug-ins (``trainer.plugins``): a ClusterEnvironment (e.g.
+                SLURMEnvironment(auto_requeue=False)), a CheckpointIO (AsyncCheckpointIO()), a Precision, a
+                LayerSync (TorchSyncBatchNorm()); one of each kind.
             sync_batchnorm: BatchNorm statistics over the global batch (strategy="ddp").
             profiler: "simple" (time per step and hook), "advanced" (cProfile per action), "pytorch"
                 (torch.profiler with a Chrome trace in the run folder), a Profiler, or None.
@@ -165,22 +175,25 @@ class Trainer:
             model_registry: Lightning's model hub upload; not supported (None only).
         """
         flags.check_model_registry(model_registry)
-        enable_progress_bar = enable_progress_bar is not False  # None: Lightning's default, on
-        enable_checkpointing = enable_checkpointing is not False
-        enable_model_summary = enable_model_summary is not False
-        logger = True if logger is None else logger
-        precision = "32-true" if precision is None else precision
-        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
-        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
+        (
+            logger,
+            enable_checkpointing,
+            enable_progress_bar,
+            enable_model_summary,
+            num_sanity_val_steps,
+            log_every_n_steps,
+        ) = flags.unset_flags(barebones, locals())
+        self.barebones = barebones
         flags.check_counts(locals())
         flags.check_choices(locals())
         self.limits = flags.debug_limits(locals())  # by stage: "train", "validation", "test", "predict"
         self.val_check_interval = flags.check_val_check_interval(val_check_interval, check_val_every_n_epoch)
         timeout = flags.as_timedelta("collective_timeout", collective_timeout)
-        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout)
+        given = read_plugins(plugins, precision, sync_batchnorm)
+        self.strategy: Strategy = select_strategy(strategy, accelerator, devices, num_nodes, timeout, given)
         self.accelerator: Accelerator = accelerator_for(accelerator, self.strategy.root_device.type)
-        self.precision: Precision = build_precision(precision, self.strategy.root_device.type)
-        self.strategy.connect_precision(self.precision)
+        self.precision_plugin: Precision = build_precision(given.precision or precision, self.strategy.root_device.type)
+        self.strategy.connect_precision(self.precision_plugin)
         flags.apply_sync_batchnorm(self.strategy, sync_batchnorm)
         self.min_epochs = min_epochs
         self.max_steps = max_steps
@@ -218,7 +231,9 @@ class Trainer:
 
             check_trainer(self)
         self.seed = seed
-        self.requeue_signal = requeue_signal
+        self.requeue_signal = plugged_requeue_signal(
+            requeue_signal, given.cluster_environment or getattr(self.strategy, "cluster_environment", None)
+        )
         self._loggers = build_loggers(logger, self.default_root_dir, bool(fast_dev_run))
         self.callbacks = with_defaults(
             callbacks, enable_progress_bar, enable_checkpointing, enable_model_summary, max_time
@@ -286,6 +301,12 @@ class Trainer:
     @property
     def predicting(self) -> bool:
         return self.state.stage == "predict"
+
+    @property
+    def precision(self) -> str:
+        """Lightning's string for the setting (``trainer.precision == "bf16-mixed"``); the plug-in that applies it
+        is ``precision_plugin``."""
+        return self.precision_plugin.name
 
     @property
     def lightning_module(self) -> Module:
@@ -551,7 +572,7 @@ class Trainer:
     @property
     def scaler(self) -> Any:
         """The GradScaler of ``precision="16-mixed"``, else None."""
-        return getattr(self.precision, "scaler", None)
+        return getattr(self.precision_plugin, "scaler", None)
 
     @contextlib.contextmanager
     def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
@@ -559,8 +580,8 @@ class Trainer:
         dtype for the "-true" precisions (``empty_init`` is Lightning's flag: it has no effect here, weights are
         always initialised). FSDP shards only in ``configure_model``."""
         device = self.strategy.root_device if self.strategy.name == "single" else torch.device("cpu")
-        half = self.precision.name in ("16-true", "bf16-true")
-        dtype = getattr(self.precision, "dtype", None) if half else None
+        half = self.precision_plugin.name in ("16-true", "bf16-true")
+        dtype = getattr(self.precision_plugin, "dtype", None) if half else None
         before = torch.get_default_dtype()
         with device:
             if dtype is not None:
@@ -620,7 +641,11 @@ class Trainer:
         if is_datamodule(train_dataloaders):
             datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
         self.state.read_with(weights_only)
-        self.fit_loop.run(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's weights and state come back here
+            self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
+            return
+        self.fit_loop.run(*args)
 
     def validate(
         self,
@@ -635,7 +660,10 @@ class Trainer:
         from trainer.loops.stages import evaluate
 
         self.state.read_with(weights_only)
-        return evaluate(self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
+        args: tuple[Any, ...] = (self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+        return evaluate(*args)
 
     def test(
         self,
@@ -650,7 +678,10 @@ class Trainer:
         from trainer.loops.stages import evaluate
 
         self.state.read_with(weights_only)
-        return evaluate(self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
+        args: tuple[Any, ...] = (self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+        return evaluate(*args)
 
     def predict(
         self,
@@ -666,7 +697,10 @@ class Trainer:
         from trainer.loops.stages import predict
 
         self.state.read_with(weights_only)
-        return predict(self, model, dataloaders, datamodule, return_predictions, ckpt_path)
+        args: tuple[Any, ...] = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
+        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
+            return self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
+        return predict(*args)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Collective: every rank must call it; global rank zero writes the file atomically.

@@ -309,9 +309,10 @@ def test_cpu_sync_batchnorm_swaps_every_batchnorm_and_keeps_its_tensors() -> Non
     assert torch.allclose(net[1](x @ torch.ones(3, 4)), reference(x @ torch.ones(3, 4)))  # one process
 
 
-def test_only_popen_start_method() -> None:
-    with pytest.raises(ValueError, match="start_method='spawn'"):
-        DDPStrategy(start_method="spawn")
+def test_start_method_is_popen_spawn_or_fork() -> None:
+    with pytest.raises(ValueError, match=r"start_method=.forkserver.*popen, spawn, fork"):
+        DDPStrategy(start_method="forkserver")
+    assert DDPStrategy(start_method="spawn").launcher.start_method == "spawn"
 
 
 def test_step_wrapper_dispatches_to_the_stage() -> None:

@@ -146,8 +146,21 @@ def under_launcher() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def _check_device_type(devices: object) -> None:
+    """An int, a string, or a sequence of ints (Lightning's rule): ``["0"]`` or ``[False]`` are refused by type."""
+    ok = isinstance(devices, str) or (isinstance(devices, int) and not isinstance(devices, bool))
+    if isinstance(devices, list | tuple):
+        ok = all(isinstance(d, int) and not isinstance(d, bool) for d in devices)
+    if not ok:
+        raise TypeError(
+            f"Device IDs (GPU/TPU) must be an int, a string, a sequence of ints, but you passed {devices!r} "
+            f"({type(devices).__name__})."
+        )
+
+
 def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[int]:
     """Device indices to use: "auto" means 1 (CPU) or every visible GPU; under torchrun, its ranks per node."""
+    _check_device_type(devices)
     available = _available(accelerator)
     if devices == "auto" and under_launcher():
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))

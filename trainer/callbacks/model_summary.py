@@ -250,7 +250,7 @@ class ModelSummary(Callback):
             summary = summarize(pl_module, self._max_depth)
         else:  # the random streams stay as they were: rank zero's must not drift from the others'
             devices = [trainer.strategy.root_device] if trainer.strategy.root_device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices), trainer.precision.forward_context():
+            with torch.random.fork_rng(devices=devices), trainer.precision_plugin.forward_context():
                 summary = summarize(pl_module, self._max_depth, example)
         self.summarize(summary, **self._summarize_kwargs)
 

@@ -179,10 +179,10 @@ def _precision(trainer: TrainerView, checkpoint: dict[str, Any], problems: list[
     scaler = checkpoint.get("MixedPrecision") or checkpoint.get("native_amp_scaling_state")
     if not scaler:
         return {}
-    if getattr(trainer.precision, "scaler", None) is None:
+    if getattr(trainer.precision_plugin, "scaler", None) is None:
         problems.append(
             f"it holds a GradScaler's state (precision='16-mixed') but this Trainer's precision "
-            f"{type(trainer.precision).__name__} has no scaler to take it: pass Trainer(precision='16-mixed')"
+            f"{type(trainer.precision_plugin).__name__} has no scaler to take it: pass Trainer(precision='16-mixed')"
         )
     return {"scaler": scaler}
 

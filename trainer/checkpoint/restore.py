@@ -240,7 +240,7 @@ PARTS: tuple[Part, ...] = (
     Part("module", Phase.MODULE, _Module, fitting_only=False),
     Part("callbacks", Phase.MODULE, _Callbacks),
     Part("optimizer_kinds", Phase.LOOP, _OptimizerKinds),
-    Part("precision", Phase.LOOP, lambda t, s: t.precision),
+    Part("precision", Phase.LOOP, lambda t, s: t.precision_plugin),
     Part("progress", Phase.LOOP, _progress),
     Part("data", Phase.LOOP, _Data),
     Part("ranks", Phase.LOOP, _Ranks),

@@ -238,6 +238,14 @@ def _start_pending(future: Any, tmp: Path, path: Path, publishes: bool) -> None:
     _pending = _Pending(future, tmp, path, publishes)
 
 
+def track_pending(future: Future[Any], path: Path) -> None:
+    """A write of ``path`` that another writer runs in the background (``AsyncCheckpointIO``): linking or removing
+    a checkpoint, and the next save, wait for it first (``wait_pending``)."""
+    global _pending
+    wait_pending()
+    _pending = _Pending(future, path, path, publishes=False)
+
+
 def wait_pending() -> None:
     """Wait for the asynchronous save in flight, if any, and its rename into place."""
     global _pending

@@ -34,7 +34,7 @@ def transfer_with(
     before = _hook(trainer, "on_before_batch_transfer")
     custom = _hook(trainer, "transfer_batch_to_device")
     after = _hook(trainer, "on_after_batch_transfer")
-    precision = trainer.precision
+    precision = trainer.precision_plugin
     if type(precision).convert_input is not Precision.convert_input:  # true half precision casts the floats
         after = _then(after, precision.convert_input)
     if before is None and custom is None and after is None:

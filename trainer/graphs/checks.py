@@ -29,9 +29,9 @@ def check_trainer(trainer: Any) -> None:
             f"(strategy='auto' or 'single'), or leave cuda_graph=False; {DDP_NOTE}."
         )
     backend.check_device(strategy.root_device)
-    if getattr(trainer.precision, "scaler", None) is not None:
+    if getattr(trainer.precision_plugin, "scaler", None) is not None:
         raise ValueError(
-            f"cuda_graph=True with precision={trainer.precision.name!r}: the GradScaler decides on the host whether "
+            f"cuda_graph=True with precision={trainer.precision!r}: the GradScaler decides on the host whether "
             "to skip each step, which a captured step cannot do. Use precision='bf16-mixed' (no scaler; the same "
             "speed on GPUs with bfloat16) or '32-true', or leave cuda_graph=False."
         )

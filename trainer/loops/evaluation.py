@@ -130,7 +130,7 @@ class EvaluationLoop:
         count, owner = len(self.loaders), type(module).__name__
         step = step_with_index(trainer.strategy.step_function(stage), user_step, _STEP[stage], count, idx, owner)
         _check_batch_hooks(module, stage, count)
-        step = trainer.precision.autocast(step)
+        step = trainer.precision_plugin.autocast(step)
         to_device = transfer(trainer, idx)
         if started is None:  # the first loader's sampler was told its epoch before its iterator started
             data.set_epoch(loader, trainer.current_epoch)

@@ -145,7 +145,7 @@ class FitLoop:
         if restore is not None:
             trainer.state.loaded(restore.path)
             restore.load(Phase.MODULE)
-        trainer.precision.convert_module(module)
+        trainer.precision_plugin.convert_module(module)
         strategy.setup_module(module)
         optimizers, schedulers = configure_optimizers(module)
         self.optimization = Optimization(trainer, optimizers, schedulers)

@@ -73,7 +73,7 @@ class Optimization:
         trainer = self.trainer
         hooks.call(trainer, "on_before_backward", loss)
         with trainer.strategy.manual_backward_sync() if self.manual else contextlib.nullcontext():
-            trainer.strategy.backward(trainer.precision.scale_loss(loss), None, *args, **kwargs)
+            trainer.strategy.backward(trainer.precision_plugin.scale_loss(loss), None, *args, **kwargs)
         hooks.call(trainer, "on_after_backward")
 
     # ---- clipping ------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ class Optimization:
             return
         if value <= 0:
             raise MisconfigurationException(f"gradient_clip_val={value!r} must be > 0.")
-        trainer.precision.unscale_(optimizer)
+        trainer.precision_plugin.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         trainer.strategy.clip_gradients(params, value, algorithm)
 

@@ -91,7 +91,7 @@ def _run_evaluation(
         strategy = trainer.strategy
         loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
         _load_weights(trainer, ckpt_path, fn)
-        trainer.precision.convert_module(module)
+        trainer.precision_plugin.convert_module(module)
         strategy.setup_module(module)
         log_hyperparams(trainer, module, datamodule)
         loop.setup(loaders, trainer.limits[stage])

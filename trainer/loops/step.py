@@ -121,7 +121,7 @@ class TrainingStep:
         self.window = read_window(trainer, num_batches) if self.automatic else AccumulationWindow(1, num_batches)
         # detect_anomaly: autograd's anomaly mode stops the run at the op that made the NaN (Lightning's error)
         self.nonfinite.start_epoch("off" if trainer.detect_anomaly else trainer.on_nonfinite_loss)
-        self.forward = trainer.precision.autocast(trainer.strategy.step_function("training"))
+        self.forward = trainer.precision_plugin.autocast(trainer.strategy.step_function("training"))
         self._resolve_step_hooks()
         if not self.automatic:
             return
@@ -138,7 +138,7 @@ class TrainingStep:
     def _resolve_step_hooks(self) -> None:
         """What happens around an optimizer step: hooks nobody overrides cost nothing per step."""
         trainer = self.trainer
-        module, precision = trainer.lightning_module, trainer.precision
+        module, precision = trainer.lightning_module, trainer.precision_plugin
         self.before_step_hooks = hooks.resolved(trainer, "on_before_optimizer_step")
         self.unscales = overrides(precision, "unscale_", Precision)
         self.clips = self.automatic and (
@@ -239,7 +239,7 @@ class TrainingStep:
         schedulers (an fp16 step the scaler skipped holds the learning rate: only a run with such
         schedulers reads that answer, which waits for the device). For a plain step, the count alone."""
         progress, schedules, step_schedulers = self.progress, self.schedules, self.optimization.step_schedulers
-        update = self.trainer.precision.update if self.updates else None
+        update = self.trainer.precision_plugin.update if self.updates else None
         if update is None and not schedules:
             return progress.count_step
 
@@ -255,7 +255,7 @@ class TrainingStep:
     def _backward(self) -> Callable[[torch.Tensor], Any] | None:
         if self.hooked_backward:
             return self.optimization.backward
-        precision = self.trainer.precision
+        precision = self.trainer.precision_plugin
         return precision.backward if overrides(precision, "backward", Precision) else None
 
     def _zero_grad(self, batch_idx: int) -> None:
@@ -271,7 +271,7 @@ class TrainingStep:
         """Unscale (first, so hooks and clipping see the true gradients), ``on_before_optimizer_step``, then
         (automatic optimization) ``configure_gradient_clipping``."""
         if self.unscales:
-            self.trainer.precision.unscale_(optimizer)
+            self.trainer.precision_plugin.unscale_(optimizer)
         for hook in self.before_step_hooks:
             hook(optimizer)
         if self.clips:
@@ -285,7 +285,7 @@ class TrainingStep:
     def _stepper(self, optimizer: torch.optim.Optimizer) -> Callable[..., Any]:
         """The one call that steps an optimizer (automatic, closure and manual paths): its own ``step``
         where the precision adds nothing, else the precision's (GradScaler)."""
-        precision = self.trainer.precision
+        precision = self.trainer.precision_plugin
         if overrides(precision, "optimizer_step", Precision):
             return functools.partial(precision.optimizer_step, optimizer)
         return optimizer.step

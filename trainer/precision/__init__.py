@@ -11,23 +11,40 @@ import warnings
 from trainer.exceptions import MisconfigurationException
 from trainer.precision.amp import MixedPrecision
 from trainer.precision.base import Precision
-from trainer.precision.half import HalfPrecision
+from trainer.precision.half import DoublePrecision, HalfPrecision, TruePrecision
 
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-_ALIASES = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed"}
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
+_ALIASES = {
+    "32": "32-true",
+    32: "32-true",
+    "16": "16-mixed",
+    16: "16-mixed",
+    "bf16": "bf16-mixed",
+    "64": "64-true",
+    64: "64-true",
+}
 
 
-def build_precision(precision: str | int | Precision, device_type: str) -> Precision:
-    """Turn the ``precision=`` flag into a plug-in, or say which names are valid."""
+def build_precision(precision: str | int | Precision | None, device_type: str) -> Precision:
+    """Turn the ``precision=`` flag into a plug-in (None: "32-true"), or say which names are valid."""
     if isinstance(precision, Precision):
         return precision
+    if precision is None:
+        return Precision()
     name = _ALIASES.get(precision, precision)
     if name not in PRECISIONS:
+        if isinstance(precision, str) and precision.startswith("transformer-engine"):
+            from trainer.precision.unsupported import TransformerEnginePrecision
+
+            TransformerEnginePrecision()  # raises, naming what to use instead
         raise MisconfigurationException(
-            f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)}."
+            f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)} (or Lightning's "
+            "aliases 64, 32, 16, bf16)."
         )
     if name == "32-true":
         return Precision()
+    if name == "64-true":
+        return DoublePrecision()
     if name in ("16-true", "bf16-true"):
         return HalfPrecision(str(name))
     if device_type not in ("cpu", "cuda", "mps"):
@@ -42,4 +59,12 @@ def build_precision(precision: str | int | Precision, device_type: str) -> Preci
     return MixedPrecision(str(name), device_type)
 
 
-__all__ = ["PRECISIONS", "HalfPrecision", "MixedPrecision", "Precision", "build_precision"]
+__all__ = [
+    "PRECISIONS",
+    "DoublePrecision",
+    "HalfPrecision",
+    "MixedPrecision",
+    "Precision",
+    "TruePrecision",
+    "build_precision",
+]

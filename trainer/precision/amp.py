@@ -8,21 +8,36 @@ from typing import Any
 
 import torch
 
+from trainer.exceptions import MisconfigurationException
 from trainer.precision.base import Precision, has_grads
 
 
 class MixedPrecision(Precision):
     """Autocast to fp16 or bf16; fp16 adds a GradScaler (unscale before clip, skip on overflow)."""
 
-    def __init__(self, name: str, device_type: str) -> None:
-        self.name = name
-        self.device_type = device_type
-        self.dtype = torch.float16 if name == "16-mixed" else torch.bfloat16
+    def __init__(self, precision: str, device: str, scaler: torch.amp.GradScaler | None = None) -> None:
+        """Lightning's ``MixedPrecision(precision, device, scaler=None)``: a ``scaler`` only for "16-mixed"."""
+        if precision not in ("16-mixed", "bf16-mixed"):
+            raise MisconfigurationException(
+                f"MixedPrecision(precision={precision!r}): choose '16-mixed' or 'bf16-mixed'."
+            )
+        if scaler is not None and precision == "bf16-mixed":
+            raise MisconfigurationException(
+                "MixedPrecision('bf16-mixed', scaler=...): bfloat16 needs no GradScaler; pass scaler=None."
+            )
+        self.name = precision
+        self.device_type = device
+        self.dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
         self.scaler: torch.amp.GradScaler | None = None
-        if name == "16-mixed":
-            self.scaler = torch.amp.GradScaler(device_type)
+        if precision == "16-mixed":
+            self.scaler = scaler if scaler is not None else torch.amp.GradScaler(device)
         self._unscaled: set[int] = set()
         self._stepped = False  # whether the scaler stepped any optimizer since the last update
+
+    @property
+    def device(self) -> str:
+        """Lightning's name: the device type autocast runs on."""
+        return self.device_type
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type, dtype=self.dtype)

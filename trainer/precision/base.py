@@ -14,6 +14,11 @@ class Precision:
 
     name = "32-true"
 
+    @property
+    def precision(self) -> str:
+        """Lightning's name for the setting: ``"32-true"``, ``"bf16-mixed"``, ..."""
+        return self.name
+
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """The module as it will train (true half precision casts its weights; others keep them)."""
         return module

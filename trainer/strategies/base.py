@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import nn
 
+from trainer.exceptions import MisconfigurationException
+from trainer.plugins.io import CheckpointIO, TorchCheckpointIO
+
 if TYPE_CHECKING:
+    from trainer.module import Module
     from trainer.precision import Precision
+    from trainer.view import TrainerView
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
 Stage = Literal["training", "validation", "test", "predict"]
@@ -37,7 +42,15 @@ class Strategy(ABC):
     # stay inference tensors that training cannot write to.
     supports_inference_mode: bool = True
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
+        if checkpoint_io is not None and not isinstance(checkpoint_io, CheckpointIO):
+            raise TypeError(
+                f"checkpoint_io={checkpoint_io!r} is not a CheckpointIO (trainer.plugins: TorchCheckpointIO(), "
+                "AsyncCheckpointIO(), or your own subclass)."
+            )
+        self._checkpoint_io = checkpoint_io
+        self._checkpoint_io_given = checkpoint_io is not None
+        self.launcher: Any = None  # ddp_spawn / ddp_fork: what starts the ranks from this process
         self.module: nn.Module | None = None  # the user's module, never wrapped
         self.model: nn.Module | None = None  # what forward runs through (may be a wrapper)
         self.accelerator: str = "cpu"
@@ -58,6 +71,32 @@ class Strategy(ABC):
         self.num_nodes = num_nodes
         if collective_timeout is not None:
             self.collective_timeout = collective_timeout
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """Writes and reads checkpoint files: ``TorchCheckpointIO`` (atomic) unless one was given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO) -> None:
+        """``Trainer(plugins=[io])``: refused when the strategy was built with another one."""
+        if self._checkpoint_io_given and io is not self._checkpoint_io:
+            raise MisconfigurationException(
+                f"checkpoint_io set through both strategy class and plugins, choose one: {type(self).__name__}"
+                f"(checkpoint_io={self._checkpoint_io!r}) and plugins=[{io!r}]."
+            )
+        self._checkpoint_io, self._checkpoint_io_given = io, True
+
+    def launch(
+        self, trainer: TrainerView, function: Callable[..., Any], *args: Any, module: Module | None, datamodule: Any
+    ) -> Any:
+        """Run a stage (``function(*args)``): here, or on the ranks a ``launcher`` starts (ddp_spawn, ddp_fork),
+        whose rank 0 hands back the result, the weights into ``module`` and the Trainer's state."""
+        if self.launcher is None:
+            return function(*args)
+        return self.launcher.launch(trainer, function, *args, module=module, datamodule=datamodule)
 
     def connect_precision(self, precision: Precision) -> None:
         """See the Trainer's precision (FSDP turns mixed precision into its own policy); nothing by default."""
@@ -118,7 +157,9 @@ class Strategy(ABC):
         return self.model
 
     def teardown(self) -> None:
-        """Release what ``setup_environment`` took."""
+        """Release what ``setup_environment`` took; finish the checkpoint writes in flight."""
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.teardown()
 
     def offload(self, optimizers: list[torch.optim.Optimizer]) -> None:
         """End of a stage: the module and the optimizers' state to the CPU, as Lightning's ``Strategy.teardown``.
@@ -241,10 +282,8 @@ class Strategy(ABC):
 
     def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Collective: every rank built the same checkpoint; global rank zero writes it atomically."""
-        from trainer.checkpoint.io import save_checkpoint
-
         if self.is_global_zero:
-            save_checkpoint(dict(checkpoint), path)
+            self.checkpoint_io.save_checkpoint(dict(checkpoint), path)
         self.barrier()
 
     def load_checkpoint(self, path: Path, weights_only: bool | None = True) -> dict[str, Any]:
@@ -253,12 +292,12 @@ class Strategy(ABC):
 
         A sharded directory (FSDP's) is read whole, in full tensors, so it loads into any strategy and world size.
         """
-        from trainer.checkpoint.io import load_checkpoint
         from trainer.checkpoint.sharded import load_sharded
 
         if Path(path).is_dir():
             return load_sharded(path)
-        return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+        loaded: dict[str, Any] = self.checkpoint_io.load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+        return loaded
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.root_device}, world_size={self.world_size})"

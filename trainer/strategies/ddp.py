@@ -21,15 +21,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.exceptions import MisconfigurationException
+from trainer.plugins.environments import ClusterEnvironment
+from trainer.plugins.io import CheckpointIO
+from trainer.plugins.layer_sync import CPUSyncBatchNorm, LayerSync, TorchSyncBatchNorm, convert_cpu_sync_batchnorm
 from trainer.strategies.base import Stage
 from trainer.strategies.parallel import ParallelStrategy
 from trainer.strategies.step_wrapper import StepWrapper
 
 __all__ = ["CPUSyncBatchNorm", "DDPStrategy", "StepWrapper", "convert_cpu_sync_batchnorm"]
+_OWN_KWARGS = ("module", "device_ids", "output_device", "process_group")  # the strategy sets these
 
 
 class DDPStrategy(ParallelStrategy):
@@ -51,16 +54,29 @@ class DDPStrategy(ParallelStrategy):
         static_graph: bool = False,
         sync_batchnorm: bool = False,
         start_method: str = "popen",
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        ddp_comm_state: object | None = None,
+        ddp_comm_hook: Callable[..., Any] | None = None,
+        ddp_comm_wrapper: Callable[..., Any] | None = None,
+        model_averaging_period: int | None = None,
+        **kwargs: Any,
     ) -> None:
         """``timeout`` bounds each collective (default: ``Trainer(collective_timeout=...)``, 10 minutes);
-        ``rendezvous_timeout`` bounds waiting for all ranks to join."""
+        ``rendezvous_timeout`` bounds waiting for all ranks to join. ``ddp_comm_hook`` (wrapped by
+        ``ddp_comm_wrapper``, with ``ddp_comm_state``) replaces DDP's gradient all-reduce; other keyword
+        arguments go to ``DistributedDataParallel``."""
         super().__init__(
             process_group_backend=process_group_backend,
             timeout=timeout,
             rendezvous_timeout=rendezvous_timeout,
             start_method=start_method,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            parallel_devices=parallel_devices,
         )
-        self.sync_batchnorm = sync_batchnorm
+        self.layer_sync: LayerSync | None = TorchSyncBatchNorm() if sync_batchnorm else None
         self.syncs_buffers = broadcast_buffers  # per forward in training, once per evaluation loop
         self._params: list[nn.Parameter] = []  # the wrapped module's, and which of them DDP reduces
         self._trainable: list[bool] = []
@@ -69,9 +85,30 @@ class DDPStrategy(ParallelStrategy):
             "gradient_as_bucket_view": gradient_as_bucket_view,
             "static_graph": static_graph,
             **_buffer_sync_kwargs(broadcast_buffers),
+            **_checked_ddp_kwargs(kwargs),
         }
         if bucket_cap_mb is not None:
             self._ddp_kwargs["bucket_cap_mb"] = bucket_cap_mb
+        self.comm_hook = _checked_comm_hook(ddp_comm_hook, ddp_comm_wrapper, ddp_comm_state)
+        self.ddp_comm_state = ddp_comm_state
+        self.model_averaging_period = _checked_averaging(model_averaging_period, ddp_comm_state)
+        self._averaging: Any = None  # the optimizer-step hook that averages, while a stage runs
+
+    @property
+    def find_unused_parameters(self) -> bool:
+        return bool(self._ddp_kwargs["find_unused_parameters"])
+
+    @property
+    def sync_batchnorm(self) -> bool:
+        """``Trainer(sync_batchnorm=True)``: BatchNorm statistics over the global batch (a ``TorchSyncBatchNorm``)."""
+        return self.layer_sync is not None
+
+    @sync_batchnorm.setter
+    def sync_batchnorm(self, value: bool) -> None:
+        if value and self.layer_sync is None:
+            self.layer_sync = TorchSyncBatchNorm()
+        elif not value:
+            self.layer_sync = None
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move, optionally convert BatchNorm to SyncBatchNorm, and wrap in DDP (rank 0's weights win).
@@ -82,24 +119,52 @@ class DDPStrategy(ParallelStrategy):
         does), and each ``manual_backward`` averages the gradients it adds (``manual_backward_sync``).
         """
         module = module.to(self.root_device)
-        if self.sync_batchnorm and self.accelerator == "cuda":
-            module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
-        elif self.sync_batchnorm:
-            module = convert_cpu_sync_batchnorm(module)
+        if self.layer_sync is not None:
+            module = self.layer_sync.apply(module)
         self.module = module
         if not getattr(module, "automatic_optimization", True):
             self._broadcast(list(module.parameters()) + list(module.buffers()))
             self.model = module
             return self.model
         self.model = self._wrap(module)
+        self._start_model_averaging(module)
         return self.model
+
+    def _start_model_averaging(self, module: nn.Module) -> None:
+        """Post-local SGD: after each optimizer step of this module's parameters, the periodic average across
+        ranks (torch's ``PeriodicModelAverager``, what Lightning's ``PostLocalSGDOptimizer`` runs)."""
+        if self.model_averaging_period is None or self._averaging is not None:
+            return
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+        averager = PeriodicModelAverager(
+            period=self.model_averaging_period,
+            warmup_steps=self.ddp_comm_state.start_localSGD_iter,  # type: ignore[union-attr]
+        )
+        owned = {id(p) for p in module.parameters()}
+
+        def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            params = [p for group in optimizer.param_groups for p in group["params"] if id(p) in owned]
+            if params:
+                averager.average_parameters(params)
+
+        self._averaging = torch.optim.optimizer.register_optimizer_step_post_hook(after_step)
+
+    def teardown(self) -> None:
+        if self._averaging is not None:
+            self._averaging.remove()
+            self._averaging = None
+        super().teardown()
 
     def _wrap(self, module: nn.Module) -> DistributedDataParallel:
         """DDP reduces the parameters that are trainable now; remember which, to notice a later (un)freeze."""
         self._params = list(module.parameters())
         self._trainable = [p.requires_grad for p in self._params]
         device_ids = [self.root_device.index] if self.accelerator == "cuda" else None
-        return DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
+        wrapped = DistributedDataParallel(StepWrapper(module), device_ids=device_ids, **self._ddp_kwargs)
+        if self.comm_hook is not None:
+            wrapped.register_comm_hook(state=self.ddp_comm_state, hook=self.comm_hook)
+        return wrapped
 
     # ---- the step ------------------------------------------------------------------------
     def step_function(self, stage: Stage) -> Callable[..., Any]:
@@ -190,79 +255,6 @@ class DDPStrategy(ParallelStrategy):
         return contextlib.nullcontext()
 
 
-class _SumOverRanks(torch.autograd.Function):
-    """all_reduce(SUM) whose gradient is the all_reduce(SUM) of the incoming gradients."""
-
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
-        total = tensor.clone()
-        dist.all_reduce(total)
-        return total
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        total = grad.clone()
-        dist.all_reduce(total)
-        return total
-
-
-class CPUSyncBatchNorm(_BatchNorm):
-    """BatchNorm whose training statistics cover the global batch, for CPU ranks on gloo.
-
-    ``torch.nn.SyncBatchNorm`` runs only on GPUs. This one sums per-channel count, sum and sum of
-    squares with a differentiable all_reduce, so forward, backward and running statistics match
-    BatchNorm on the whole batch (up to float rounding of the one-pass variance).
-    """
-
-    def _check_input_dim(self, input: torch.Tensor) -> None:
-        if input.dim() < 2:
-            raise MisconfigurationException(f"expected at least 2D input (got {input.dim()}D input)")
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(input)
-        self._check_input_dim(input)
-        channels, dims = input.size(1), [0, *range(2, input.dim())]
-        count = torch.full((1,), input.numel() / channels, dtype=input.dtype, device=input.device)
-        totals = _SumOverRanks.apply(torch.cat([input.sum(dims), (input * input).sum(dims), count]))
-        n = totals[-1]
-        mean = totals[:channels] / n
-        var = totals[channels : 2 * channels] / n - mean * mean
-        self._update_running_stats(mean.detach(), var.detach(), n.item())
-        shape = [1, channels] + [1] * (input.dim() - 2)
-        out = (input - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        if self.affine:
-            out = out * self.weight.view(shape) + self.bias.view(shape)
-        return out
-
-    def _update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, n: float) -> None:
-        if not self.track_running_stats or self.running_mean is None or self.running_var is None:
-            return
-        assert self.num_batches_tracked is not None
-        self.num_batches_tracked.add_(1)
-        momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
-        with torch.no_grad():
-            self.running_mean.lerp_(mean, momentum)
-            self.running_var.lerp_(var * n / max(n - 1.0, 1.0), momentum)  # unbiased, as BatchNorm keeps
-
-
-def convert_cpu_sync_batchnorm(module: nn.Module) -> nn.Module:
-    """Swap every BatchNorm for ``CPUSyncBatchNorm``, keeping the same parameter and buffer tensors."""
-    if isinstance(module, _BatchNorm) and not isinstance(module, CPUSyncBatchNorm | nn.SyncBatchNorm):
-        synced = CPUSyncBatchNorm(
-            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
-        )
-        if module.affine:
-            synced.weight, synced.bias = module.weight, module.bias  # the optimizer's tensors
-        synced.running_mean, synced.running_var = module.running_mean, module.running_var
-        synced.num_batches_tracked = module.num_batches_tracked
-        synced.train(module.training)
-        return synced
-    for name, child in module.named_children():
-        module.add_module(name, convert_cpu_sync_batchnorm(child))
-    return module
-
-
 def _buffer_sync_kwargs(broadcast_buffers: bool) -> dict[str, bool]:
     """Buffers are synced from rank 0 at wrap time; ``False`` only skips the per-forward sync.
 
@@ -273,3 +265,49 @@ def _buffer_sync_kwargs(broadcast_buffers: bool) -> dict[str, bool]:
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
+
+
+def _checked_ddp_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``DistributedDataParallel``: a name it does not take is refused with the ones it does."""
+    accepted = [n for n in inspect.signature(DistributedDataParallel.__init__).parameters if n not in ("self",)]
+    bad = [name for name in kwargs if name not in accepted or name in _OWN_KWARGS]
+    if bad:
+        valid = ", ".join(n for n in accepted if n not in _OWN_KWARGS and n not in ("args", "kwargs"))
+        raise MisconfigurationException(
+            f"DDPStrategy({bad[0]}=...): DistributedDataParallel takes no {bad[0]!r} the strategy can pass on; "
+            f"choose among {valid}."
+        )
+    return kwargs
+
+
+def _checked_comm_hook(hook: Any, wrapper: Any, state: Any) -> Callable[..., Any] | None:
+    """The hook DDP calls per gradient bucket (``wrapper(hook)`` when a wrapper is given)."""
+    if hook is None:
+        if wrapper is not None or state is not None:
+            given = "ddp_comm_wrapper" if wrapper is not None else "ddp_comm_state"
+            raise MisconfigurationException(
+                f"DDPStrategy({given}=...) needs a ddp_comm_hook, e.g. "
+                "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook."
+            )
+        return None
+    for name, value in (("ddp_comm_hook", hook), ("ddp_comm_wrapper", wrapper)):
+        if value is not None and not callable(value):
+            raise MisconfigurationException(f"DDPStrategy({name}={value!r}) must be a function (a DDP comm hook).")
+    return wrapper(hook) if wrapper is not None else hook  # type: ignore[no-any-return]
+
+
+def _checked_averaging(period: int | None, state: Any) -> int | None:
+    """Post-local SGD: ``model_averaging_period`` steps between parameter averages, with a ``PostLocalSGDState``."""
+    if period is None:
+        return None
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise MisconfigurationException(f"DDPStrategy(model_averaging_period={period!r}) must be an int >= 1.")
+    from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
+
+    if not isinstance(state, PostLocalSGDState):
+        raise MisconfigurationException(
+            f"DDPStrategy(model_averaging_period={period}) averages the parameters after local SGD: it needs "
+            "ddp_comm_state=PostLocalSGDState(...) and ddp_comm_hook=post_localSGD_hook; got "
+            f"ddp_comm_state={state!r}."
+        )
+    return period

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import re
 import sys
 import time
@@ -29,7 +28,11 @@ import trainer.launch as launch
 import trainer.supervise as supervise
 from trainer import worker_forks
 from trainer.exceptions import MisconfigurationException
+from trainer.plugins.environments import ClusterEnvironment, cluster_of, detect_environment
+from trainer.plugins.io import CheckpointIO
+from trainer.strategies import store
 from trainer.strategies.base import CollectiveTimeoutError, ReduceOp, Stage, Strategy
+from trainer.strategies.spawn import START_METHODS, MultiprocessingLauncher
 
 _ABSENT_GRACE_S = 2.0  # after a collective timed out: how long the other waiting ranks have to say so
 _REDUCE_OPS = {
@@ -53,14 +56,29 @@ class ParallelStrategy(Strategy):
         timeout: timedelta | None = None,
         rendezvous_timeout: timedelta = timedelta(minutes=3),
         start_method: str = "popen",
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        parallel_devices: list[torch.device] | None = None,
     ) -> None:
         """``timeout`` bounds each collective (default: ``Trainer(collective_timeout=...)``, 10 minutes);
-        ``rendezvous_timeout`` bounds waiting for all ranks to join."""
-        super().__init__()
-        if start_method != "popen":
+        ``rendezvous_timeout`` bounds waiting for all ranks to join. ``start_method``: "popen" re-runs the
+        script for the other ranks; "spawn" and "fork" start them from this process (``trainer.strategies.spawn``).
+        ``cluster_environment`` replaces the detected launcher (torchrun, SLURM, ...)."""
+        super().__init__(checkpoint_io=checkpoint_io)
+        if start_method not in START_METHODS:
             raise MisconfigurationException(
-                f"start_method={start_method!r} is not supported; only 'popen' (re-run the script)."
+                f"start_method={start_method!r} is not supported; choose one of {', '.join(START_METHODS)}."
             )
+        if cluster_environment is not None and not isinstance(cluster_environment, ClusterEnvironment):
+            raise MisconfigurationException(
+                f"cluster_environment={cluster_environment!r} is not a ClusterEnvironment "
+                "(trainer.plugins.environments: SLURMEnvironment(), TorchElasticEnvironment(), ...)."
+            )
+        self.start_method = start_method
+        self.launcher = MultiprocessingLauncher(start_method) if start_method != "popen" else None
+        self.cluster_environment: ClusterEnvironment | None = cluster_environment
+        self._environment_given = cluster_environment is not None
+        self.parallel_devices = list(parallel_devices) if parallel_devices else None
         self._backend_arg = process_group_backend
         self.backend = process_group_backend or "gloo"
         self._timeout_arg = timeout
@@ -88,6 +106,24 @@ class ParallelStrategy(Strategy):
             )
         super().configure(accelerator, device_indices, num_nodes, collective_timeout or given)
         self.backend = self._backend_arg or ("nccl" if accelerator == "cuda" else "gloo")
+        if self.cluster_environment is None:
+            self.cluster_environment = detect_environment()
+        if self.launcher is not None:
+            self.launcher.check_platform(self.name)
+        if self.parallel_devices is None:
+            device = torch.device(accelerator) if accelerator == "cpu" else None
+            self.parallel_devices = [device or torch.device(accelerator, i) for i in device_indices]
+
+    def set_cluster_environment(self, environment: ClusterEnvironment) -> None:
+        """``Trainer(plugins=[env])``: the environment the ranks come from (refused when the strategy has one)."""
+        if self._environment_given and environment is not self.cluster_environment:
+            raise MisconfigurationException(
+                "cluster_environment set through both strategy class and plugins, choose one: "
+                f"{type(self).__name__}(cluster_environment={self.cluster_environment!r}) and "
+                f"plugins=[{environment!r}]."
+            )
+        self.cluster_environment = environment
+        self._environment_given = True
 
     @property
     def timeout(self) -> timedelta:
@@ -125,7 +161,7 @@ class ParallelStrategy(Strategy):
     # ---- life cycle ----------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Find (or start) the other ranks, pin this rank's device, join the process group."""
-        cluster = launch.detect_cluster(len(self.device_indices), self.num_nodes)
+        cluster = self._find_cluster()
         supervise.start_processes(cluster)
         self.cluster = cluster
         launch.set_global_rank(cluster.rank)  # rank_zero_only (trainer.utilities) skips the other ranks, as Lightning
@@ -141,15 +177,24 @@ class ParallelStrategy(Strategy):
             self._owns_group = True
             atexit.register(_destroy_group)
 
+    def _find_cluster(self) -> launch.ClusterEnv:
+        """The launcher's variables (torchrun, SLURM, a self-launch), or those of the environment the user gave."""
+        env = self.cluster_environment
+        devices = len(self.device_indices)
+        if env is None or not self._environment_given or not env.creates_processes_externally:
+            return launch.detect_cluster(devices, self.num_nodes)
+        env.validate_settings(devices, self.num_nodes)
+        return cluster_of(env, devices, self.num_nodes)
+
     def _init_process_group(self, cluster: launch.ClusterEnv) -> None:
-        base = _job_store(cluster, self.rendezvous_timeout)
+        base = store.job_store(cluster, self.rendezvous_timeout)
         base.set_timeout(self.rendezvous_timeout)  # a missing rank fails the join fast, with a clear message
-        store = self._store = dist.PrefixStore(f"{_attempt_prefix()}/init{_next_init()}", base)
+        prefixed = self._store = dist.PrefixStore(f"{store.attempt_prefix()}/init{store.next_init()}", base)
         device_id = self.root_device if self.accelerator == "cuda" else None
         hook = sys.excepthook  # torch wraps it on every init ("[rankN]:" prefix); launch already labels ranks
         dist.init_process_group(
             self.backend,
-            store=store,
+            store=prefixed,
             rank=cluster.rank,
             world_size=cluster.world_size,
             timeout=self.timeout,
@@ -189,6 +234,7 @@ class ParallelStrategy(Strategy):
         ``save_checkpoint``, a collective) needs the group, so it lives until the process exits
         or ``destroy_process_group()`` is called. Self-launched children are awaited at exit.
         """
+        super().teardown()
         self.model = None
 
     def destroy_process_group(self) -> None:
@@ -218,14 +264,14 @@ class ParallelStrategy(Strategy):
     def _absent_ranks(self, what: str) -> list[int]:
         """The ranks that never reached the collective that timed out. Every rank waiting in it times out
         as well and says so in the job's store; a rank that stays silent is stuck elsewhere."""
-        store = self._store
-        if store is None or self.world_size < 2:
+        shared = self._store
+        if shared is None or self.world_size < 2:
             return []
         try:
-            store.set(f"timed_out/{self.global_rank}", what)
+            shared.set(f"timed_out/{self.global_rank}", what)
             deadline = time.monotonic() + _ABSENT_GRACE_S
             while True:
-                absent = [r for r in range(self.world_size) if not store.check([f"timed_out/{r}"])]
+                absent = [r for r in range(self.world_size) if not shared.check([f"timed_out/{r}"])]
                 if not absent or time.monotonic() >= deadline:
                     return absent
                 time.sleep(0.1)
@@ -329,61 +375,3 @@ def _destroy_group() -> None:
     if dist.is_initialized():
         worker_forks.let_communication_threads_finish()
         dist.destroy_process_group()
-
-
-# One TCPStore per job and process: rank 0's server must outlive a destroyed group, because a later
-# stage (fit, then test) joins again on the same MASTER_PORT. Each join uses a fresh key prefix; every
-# rank counts its joins alike, since all ranks run the same script.
-_job_stores: dict[tuple[str, int, int, int], dist.TCPStore] = {}
-_init_count = 0
-
-
-def _attempt_prefix() -> str:
-    """This attempt's part of the job's store. torchrun's agent keeps its store across ``--max-restarts``
-    restarts, so without the attempt a restarted rank would read the dead ranks' gloo addresses (as
-    torch itself does for its own keys: ``/worker/attempt_<n>``)."""
-    return f"steadytrain/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
-def _next_init() -> int:
-    global _init_count
-    _init_count += 1
-    return _init_count
-
-
-def _job_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
-    key = (cluster.master_addr, cluster.master_port, cluster.rank, cluster.world_size)
-    if key not in _job_stores:
-        _job_stores[key] = _connect_store(cluster, timeout)
-    return _job_stores[key]
-
-
-def _connect_store(cluster: launch.ClusterEnv, timeout: timedelta) -> dist.TCPStore:
-    """Host or reach the job's TCPStore, failing clearly when the port is taken or ranks are missing.
-
-    Rank 0 hosts it unless torchrun's agent already does (``TORCHELASTIC_USE_AGENT_STORE``).
-    """
-    is_host = cluster.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-    address = f"{cluster.master_addr}:{cluster.master_port}"
-    try:
-        return dist.TCPStore(
-            cluster.master_addr,
-            cluster.master_port,
-            cluster.world_size,
-            is_master=is_host,
-            timeout=timeout,
-            wait_for_workers=True,
-        )
-    except RuntimeError as error:  # DistNetworkError / DistStoreError
-        text = str(error)
-        if "address already in use" in text.lower() or "eaddrinuse" in text.lower():
-            raise RuntimeError(
-                f"rank 0 cannot listen on MASTER_PORT={cluster.master_port} ({address}): another process "
-                "uses the port. Free it or choose another MASTER_PORT."
-            ) from error
-        cause = text.splitlines()[0] if text else type(error).__name__
-        raise RuntimeError(
-            f"rank {cluster.rank}: not all {cluster.world_size} ranks (WORLD_SIZE) joined at {address} "
-            f"within {timeout.total_seconds():.0f}s. Check that every node runs the same devices x num_nodes "
-            f"and can reach MASTER_ADDR:MASTER_PORT ({cause})."
-        ) from error

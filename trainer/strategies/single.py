@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from trainer.exceptions import MisconfigurationException
+from trainer.plugins.io import CheckpointIO
 from trainer.strategies.base import ReduceOp, Strategy
 
 
@@ -16,8 +17,8 @@ class SingleDeviceStrategy(Strategy):
 
     name = "single"
 
-    def __init__(self, device: str | torch.device | None = None) -> None:
-        super().__init__()
+    def __init__(self, device: str | torch.device | None = None, checkpoint_io: CheckpointIO | None = None) -> None:
+        super().__init__(checkpoint_io=checkpoint_io)
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._fixed = device is not None
 

@@ -31,7 +31,7 @@ def kept(trainer: TrainerView, module: Module) -> Iterator[None]:
     modes = [(m, m.training) for m in module.modules()]
     device = next((p.device for p in module.parameters()), None)
     optimizers = [(opt, copy.deepcopy(opt.state_dict())) for opt in trainer.optimizers]
-    precision = copy.deepcopy(trainer.precision.state_dict())
+    precision = copy.deepcopy(trainer.precision_plugin.state_dict())
     strategy = vars(trainer.strategy)
     strategy_attrs = dict(strategy)
     attached, rng = module.__dict__.get("_trainer"), rng_state()
@@ -49,7 +49,7 @@ def kept(trainer: TrainerView, module: Module) -> Iterator[None]:
             m.training = training
         for opt, state in optimizers:
             opt.load_state_dict(state)
-        trainer.precision.load_state_dict(precision)
+        trainer.precision_plugin.load_state_dict(precision)
         object.__setattr__(module, "_trainer", attached)  # the trials attached it to theirs
         set_rng_state(rng)
 
