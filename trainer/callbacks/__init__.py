@@ -22,6 +22,7 @@ _LAZY = {
     "LearningRateFinder": "lr_finder",
     "LearningRateMonitor": "lr_monitor",
     "RichProgressBar": "progress.rich_progress",
+    "RichProgressBarTheme": "progress.rich_progress",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "Timer": "timer",
 }
@@ -50,6 +51,7 @@ __all__ = [
     "ModelSummary",
     "ProgressBar",
     "RichProgressBar",
+    "RichProgressBarTheme",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",

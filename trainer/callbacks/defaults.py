@@ -34,9 +34,15 @@ def with_defaults(
         raise MisconfigurationException("enable_checkpointing=False contradicts the ModelCheckpoint in callbacks=.")
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
-        raise MisconfigurationException(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
+        raise MisconfigurationException(
+            f"Trainer was configured with `enable_progress_bar=False` but found `{bars[0]}` in callbacks list: "
+            f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=."
+        )
     if len(bars) > 1:
-        raise MisconfigurationException(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
+        raise MisconfigurationException(
+            f"You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is "
+            f"supported: callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one."
+        )
     if progress and not bars:
         given.append(TQDMProgressBar())
     if summary and not any(isinstance(cb, ModelSummary) for cb in given):
