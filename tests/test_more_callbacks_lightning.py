@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.models import Regressor, loader, quiet, regression_data
-from trainer.callbacks import ModelPruning
+from trainer.callbacks import EMAWeightAveraging, ModelPruning, WeightAveraging
 from trainer.exceptions import MisconfigurationException
 
 
@@ -44,3 +44,40 @@ def test_pruning_amount_by_epoch_and_bad_arguments(tmp_path: Path) -> None:
         ModelPruning("l3_unstructured")
     with pytest.raises(MisconfigurationException, match="parameter_names"):
         ModelPruning("l1_unstructured", parameter_names=["gamma"])
+
+
+# ---- WeightAveraging / EMAWeightAveraging -------------------------------------------------------------------
+class Recorder(Regressor):
+    """Keeps its weights after every optimizer step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list[torch.Tensor]] = []
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        self.seen.append([p.detach().clone() for p in self.parameters()])
+
+
+def test_weight_averaging_ends_on_the_mean_of_every_step_and_checkpoints_it(tmp_path: Path) -> None:
+    model = Recorder()
+    run = quiet(tmp_path, max_epochs=2, callbacks=[WeightAveraging()], enable_checkpointing=True)
+    run.fit(model, data())
+    assert len(model.seen) == 8
+    for i, p in enumerate(model.parameters()):
+        assert torch.allclose(p, torch.stack([s[i] for s in model.seen]).mean(0), atol=1e-6)
+    saved = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)
+    assert int(saved["averaging_state"]["n_averaged"]) == 8
+    assert torch.allclose(saved["state_dict"]["net.0.weight"], model.net[0].weight)
+    assert torch.equal(saved["current_model_state"]["net.0.weight"], model.seen[-1][0])
+
+
+def test_ema_updates_from_the_step_asked_with_its_decay(tmp_path: Path) -> None:
+    model = Recorder()
+    ema = EMAWeightAveraging(decay=0.5, update_every_n_steps=2, update_starting_at_step=3)
+    quiet(tmp_path, max_steps=8, callbacks=[ema]).fit(model, data())
+    # steps (0-based) 4 and 6 are averaged: the first sets the average, the second blends it half and half
+    expected = [0.5 * a + 0.5 * b for a, b in zip(model.seen[4], model.seen[6])]
+    for p, e in zip(model.parameters(), expected):
+        assert torch.allclose(p, e, atol=1e-6)
+    with pytest.raises(ValueError, match=r"decay=1\.5"):
+        EMAWeightAveraging(decay=1.5)

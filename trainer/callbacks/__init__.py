@@ -17,6 +17,7 @@ _LAZY = {
     "BasePredictionWriter": "prediction_writer",
     "BatchSizeFinder": "batch_size_finder",
     "DeviceStatsMonitor": "device_stats",
+    "EMAWeightAveraging": "weight_averaging",
     "GradientAccumulationScheduler": "gradient_accumulation",
     "LambdaCallback": "lambda_function",
     "LearningRateFinder": "lr_finder",
@@ -26,6 +27,7 @@ _LAZY = {
     "RichProgressBarTheme": "progress.rich_progress",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "Timer": "timer",
+    "WeightAveraging": "weight_averaging",
 }
 
 
@@ -42,6 +44,7 @@ __all__ = [
     "BatchSizeFinder",
     "Callback",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "EarlyStoppingReason",
     "GradientAccumulationScheduler",
@@ -57,4 +60,5 @@ __all__ = [
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
+    "WeightAveraging",
 ]
