@@ -46,6 +46,15 @@ def test_pruning_amount_by_epoch_and_bad_arguments(tmp_path: Path) -> None:
         ModelPruning("l1_unstructured", parameter_names=["gamma"])
 
 
+def test_pruning_after_validation_keeps_training(tmp_path: Path) -> None:
+    # validation runs under inference mode; the masks made there must still let the next epoch train
+    model = Regressor()
+    pruning = ModelPruning("l1_unstructured", amount=0.5, prune_on_train_epoch_end=False, make_pruning_permanent=False)
+    quiet(tmp_path, max_epochs=2, callbacks=[pruning]).fit(model, data(), data())
+    mask = model.net[0].weight_mask
+    assert not mask.is_inference() and int((mask == 0).sum()) > 0
+
+
 # ---- WeightAveraging / EMAWeightAveraging -------------------------------------------------------------------
 class Recorder(Regressor):
     """Keeps its weights after every optimizer step."""

@@ -15,6 +15,7 @@ from copy import deepcopy
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.nn.utils.prune as torch_prune
 from torch import Tensor, nn
 
@@ -67,6 +68,7 @@ class ModelPruning(Callback):
     """
 
     PARAMETER_NAMES = ("weight", "bias")
+    _is_pruning_method = staticmethod(_is_method)  # Lightning's spelling, which its users' tests call
 
     def __init__(
         self,
@@ -235,9 +237,11 @@ class ModelPruning(Callback):
         amount = _per_epoch(self.amount, epoch)
         if not _per_epoch(self._apply_pruning, epoch) or not amount:
             return
-        self.apply_pruning(amount)
-        if _per_epoch(self._use_lottery_ticket_hypothesis, epoch):
-            self.apply_lottery_ticket_hypothesis()
+        # validation runs under inference mode: masks made there could not take part in training's backward
+        with torch.inference_mode(False):
+            self.apply_pruning(amount)
+            if _per_epoch(self._use_lottery_ticket_hypothesis, epoch):
+                self.apply_lottery_ticket_hypothesis()
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:

@@ -90,8 +90,7 @@ class WeightAveraging(Callback):
 
     def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         assert self._average_model is not None
-        for average, current in zip(self._tensors(self._average_model.module), self._tensors(pl_module)):
-            current.data.copy_(average.data)
+        self._copy_average_to_current(pl_module)
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self._average_model is not None:
@@ -146,6 +145,12 @@ class WeightAveraging(Callback):
     @staticmethod
     def _tensors(module: torch.nn.Module) -> itertools.chain[torch.Tensor]:
         return itertools.chain(module.parameters(), module.buffers())
+
+    def _copy_average_to_current(self, pl_module: Module) -> None:
+        """The module takes the averaged values (the end of training)."""
+        assert self._average_model is not None
+        for average, current in zip(self._tensors(self._average_model.module), self._tensors(pl_module)):
+            current.data.copy_(average.data)
 
     def _swap_models(self, pl_module: Module) -> None:
         """Exchange the live and the averaged values (validation sees the average, training resumes its own)."""
