@@ -90,3 +90,18 @@ def test_ema_updates_from_the_step_asked_with_its_decay(tmp_path: Path) -> None:
         assert torch.allclose(p, e, atol=1e-6)
     with pytest.raises(ValueError, match=r"decay=1\.5"):
         EMAWeightAveraging(decay=1.5)
+
+
+# ---- RichModelSummary ---------------------------------------------------------------------------------------
+def test_rich_summary_prints_the_layer_table_and_comes_with_the_rich_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("rich")
+    from trainer.callbacks import RichModelSummary, RichProgressBar
+
+    run = quiet(tmp_path, max_steps=1, callbacks=[RichModelSummary(max_depth=2, header_style="bold")])
+    run.fit(Regressor(), data())
+    out = capsys.readouterr().out
+    assert "net.0" in out and "Linear" in out and "Total params" in out and "Total FLOPs" in out
+    summaries = quiet(tmp_path, callbacks=[RichProgressBar()], enable_progress_bar=True, enable_model_summary=True)
+    assert [type(cb).__name__ for cb in summaries.callbacks if "Summary" in type(cb).__name__] == ["RichModelSummary"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,12 +47,24 @@ def with_defaults(
     if progress and not bars:
         given.append(TQDMProgressBar())
     if summary and not any(isinstance(cb, ModelSummary) for cb in given):
-        given.append(ModelSummary())
+        given.append(_summary_for(given))
     if max_time is not None:
         if any(isinstance(cb, Timer) for cb in given):
             raise MisconfigurationException("max_time= and a Timer in callbacks= both set a time limit: keep one.")
         given.append(Timer(duration=max_time, interval="step"))
     return checkpointing_last(given)
+
+
+def _summary_for(given: list[Callback]) -> Callback:
+    """Lightning's pairing: a rich progress bar gets a rich layer table."""
+    from trainer.callbacks import ModelSummary
+
+    rich_bars = sys.modules.get("trainer.callbacks.progress.rich_progress")  # loaded where one was built
+    if rich_bars is not None and any(isinstance(cb, rich_bars.RichProgressBar) for cb in given):
+        from trainer.callbacks.rich_model_summary import RichModelSummary
+
+        return RichModelSummary()
+    return ModelSummary()
 
 
 def checkpointing_last(callbacks: list[Callback]) -> list[Callback]:

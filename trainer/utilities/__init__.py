@@ -43,6 +43,7 @@ __all__ = [
     "rank_zero_info",
     "rank_zero_only",
     "rank_zero_warn",
+    "summarize",
 ]
 
 
@@ -52,6 +53,10 @@ def __getattr__(name: str) -> Any:
         from trainer.data.combined import CombinedLoader
 
         return CombinedLoader
+    if name == "summarize":
+        from trainer.callbacks.model_summary import summarize
+
+        return summarize
     if name in ("get_torchvision_model", "is_overridden"):
         import trainer.utilities.model_helpers as model_helpers
 
