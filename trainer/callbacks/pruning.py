@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from trainer.callbacks.base import Callback
 from trainer.exceptions import MisconfigurationException
-from trainer.utilities.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -116,6 +115,7 @@ class ModelPruning(Callback):
         self._verbose = verbose
         self._prune_on_train_epoch_end = prune_on_train_epoch_end
         self._original_layers: dict[int, tuple[nn.Module, list[tuple[int, str]]]] | None = None
+        self._global_zero = True  # logs on global rank zero only (set at setup)
 
     def _resolve_fn(self, pruning_fn: Any, dim: int | None, norm: int | None) -> Any:
         if isinstance(pruning_fn, str):
@@ -216,10 +216,11 @@ class ModelPruning(Callback):
             after = [self._get_pruned_stats(m, n) for m, n in self._parameters_to_prune]
             self._log_sparsity_stats(before, after, amount=amount)
 
-    @rank_zero_only
     def _log_sparsity_stats(
         self, prev: list[tuple[int, int]], curr: list[tuple[int, int]], amount: int | float = 0
     ) -> None:
+        if not self._global_zero:
+            return
         total = sum(size for _, size in curr)
         was, now = sum(z for z, _ in prev), sum(z for z, _ in curr)
         log.info(
@@ -245,6 +246,7 @@ class ModelPruning(Callback):
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+        self._global_zero = trainer.is_global_zero
         chosen = self.sanitize_parameters_to_prune(pl_module, self._parameters_to_prune, self._parameter_names)
         self._parameters_to_prune = self.filter_parameters_to_prune(chosen)
         if self._use_lottery_ticket_hypothesis:

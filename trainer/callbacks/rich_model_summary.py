@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
 from trainer.callbacks.model_summary import ModelSummary, Summary, human_count
-from trainer.utilities.imports import _RICH_AVAILABLE
 
 SummaryData = list[tuple[str, list[str]]]  # (column, its values), Lightning's ``summary_data``
+_RICH_AVAILABLE = importlib.util.find_spec("rich") is not None
 _RIGHT = ("Params", "Params per Device", "FLOPs", "In sizes", "Out sizes")
 
 

@@ -9,6 +9,7 @@ model should be), the live weights under ``current_model_state`` and the average
 from __future__ import annotations
 
 import itertools
+import logging
 import warnings
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
@@ -17,12 +18,12 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn
 
 from trainer.callbacks.base import Callback
-from trainer.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView as Trainer
 
+log = logging.getLogger(__name__)
 _PREFIX = "module."  # AveragedModel's name for the averaged copy
 
 
@@ -108,7 +109,7 @@ class WeightAveraging(Callback):
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: Module, checkpoint: dict[str, Any]) -> None:
         if self._average_model is None:
-            rank_zero_info(
+            log.info(
                 "You're using the WeightAveraging callback, but saving a checkpoint outside the 'fit' stage. The state "
                 "of the WeightAveraging callback won't be saved in the checkpoint. If training has finished, the "
                 "average model parameters will be saved to the state_dict in the checkpoint."
@@ -128,7 +129,7 @@ class WeightAveraging(Callback):
                 stacklevel=2,
             )
         elif "current_model_state" in checkpoint and "averaging_state" in checkpoint:
-            rank_zero_info("Found current_model_state in the checkpoint. This will be used to initialize the model.")
+            log.info("Found current_model_state in the checkpoint. This will be used to initialize the model.")
             state = {_PREFIX + k: v for k, v in checkpoint["state_dict"].items()} | checkpoint["averaging_state"]
             self._average_model.load_state_dict(state)
             # the module was loaded from "state_dict" (the average) before this hook: give it its live weights
