@@ -3,6 +3,7 @@ ThroughputMonitor and SpikeDetection, used as a user writes them."""
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from tests.models import Regressor, loader, quiet, regression_data
 from trainer.callbacks import EMAWeightAveraging, ModelPruning, WeightAveraging
 from trainer.exceptions import MisconfigurationException
+from trainer.loggers.base import Logger
 
 
 def data(n: int = 32, batch_size: int = 8) -> torch.utils.data.DataLoader:
@@ -105,3 +107,48 @@ def test_rich_summary_prints_the_layer_table_and_comes_with_the_rich_bar(
     assert "net.0" in out and "Linear" in out and "Total params" in out and "Total FLOPs" in out
     summaries = quiet(tmp_path, callbacks=[RichProgressBar()], enable_progress_bar=True, enable_model_summary=True)
     assert [type(cb).__name__ for cb in summaries.callbacks if "Summary" in type(cb).__name__] == ["RichModelSummary"]
+
+
+# ---- ThroughputMonitor --------------------------------------------------------------------------------------
+class Rows(Logger):
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+
+def test_throughput_monitor_logs_rates_once_its_window_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.callbacks import ThroughputMonitor, throughput_monitor
+    from trainer.utilities import measure_flops
+
+    clock = iter([0.0, 1.5, 2.5, 3.5, 4.5, 5.5])  # one second per step after a first step of 1.5 s
+    monkeypatch.setattr(throughput_monitor, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    model = Regressor()
+    model.flops_per_batch = 10
+    monitor = ThroughputMonitor(
+        batch_size_fn=lambda b: 3, length_fn=lambda b: 6, window_size=4, separator="|", available_flops=100
+    )
+    rows = Rows()
+    quiet(tmp_path, max_steps=5, log_every_n_steps=1, logger=rows, callbacks=[monitor]).fit(model, data(40))
+    mine = [(step, row) for step, row in rows.rows if "train|time" in row]
+    assert [step for step, _ in mine] == [0, 1, 2, 3, 4]
+    assert [row["train|samples"] for _, row in mine] == [3, 6, 9, 12, 15]
+    assert "train|device|samples_per_sec" not in mine[2][1]
+    assert mine[4][1] == {
+        "train|time": 5.5,
+        "train|batches": 5,
+        "train|samples": 15,
+        "train|lengths": 30,
+        "train|device|batches_per_sec": 1.0,
+        "train|device|samples_per_sec": 3.0,
+        "train|device|items_per_sec": 6.0,
+        "train|device|flops_per_sec": 10.0,
+        "train|device|mfu": 0.1,
+        "epoch": 0,
+    }
+    # a Linear(8, 16) forward on 4 rows: 2 * 4 * 8 * 16 multiply-adds
+    layer = torch.nn.Linear(8, 16)
+    assert measure_flops(layer, lambda: layer(torch.randn(4, 8))) == 1024
+    with pytest.raises(ValueError, match="window_size=1"):
+        ThroughputMonitor(batch_size_fn=len, window_size=1)

@@ -27,6 +27,7 @@ _LAZY = {
     "RichProgressBar": "progress.rich_progress",
     "RichProgressBarTheme": "progress.rich_progress",
     "StochasticWeightAveraging": "stochastic_weight_avg",
+    "ThroughputMonitor": "throughput_monitor",
     "Timer": "timer",
     "WeightAveraging": "weight_averaging",
 }
@@ -61,6 +62,7 @@ __all__ = [
     "RichProgressBarTheme",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
+    "ThroughputMonitor",
     "Timer",
     "WeightAveraging",
 ]

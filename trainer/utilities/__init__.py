@@ -36,6 +36,7 @@ __all__ = [
     "is_oom_error",
     "is_overridden",
     "isolate_rng",
+    "measure_flops",
     "move_data_to_device",
     "rank_prefixed_message",
     "rank_zero_debug",
@@ -53,6 +54,10 @@ def __getattr__(name: str) -> Any:
         from trainer.data.combined import CombinedLoader
 
         return CombinedLoader
+    if name == "measure_flops":
+        from trainer.callbacks.throughput import measure_flops
+
+        return measure_flops
     if name == "summarize":
         from trainer.callbacks.model_summary import summarize
 
