@@ -3,6 +3,7 @@ ThroughputMonitor and SpikeDetection, used as a user writes them."""
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
 
@@ -152,3 +153,30 @@ def test_throughput_monitor_logs_rates_once_its_window_is_full(tmp_path: Path, m
     assert measure_flops(layer, lambda: layer(torch.randn(4, 8))) == 1024
     with pytest.raises(ValueError, match="window_size=1"):
         ThroughputMonitor(batch_size_fn=len, window_size=1)
+
+
+# ---- SpikeDetection -----------------------------------------------------------------------------------------
+class Spiking(Regressor):
+    """A falling loss with a jump at batch 4 (``spike`` times the loss)."""
+
+    def __init__(self, spike: float) -> None:
+        super().__init__()
+        self.spike = spike
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        scale = self.spike if batch_idx == 4 else 1.0 / (batch_idx + 1)
+        return self.net[0].weight.sum() * 0 + scale  # the loss value is chosen; the graph still reaches the weights
+
+
+def test_spike_detection_stops_at_the_spike_and_names_the_batches_to_skip(tmp_path: Path) -> None:
+    from trainer.callbacks import SpikeDetection, TrainingSpikeException
+
+    path = tmp_path / "skip.json"
+    with pytest.raises(TrainingSpikeException, match="batch 4"):
+        quiet(tmp_path, max_epochs=1, callbacks=[SpikeDetection(exclude_batches_path=path)]).fit(Spiking(5.0), data(64))
+    assert json.loads(path.read_text()) == [3, 4]
+    # a loss that keeps falling is no spike; atol above the jump lets it pass too
+    quiet(tmp_path, max_epochs=1, callbacks=[SpikeDetection(exclude_batches_path=path)]).fit(Spiking(0.1), data(64))
+    quiet(tmp_path, max_epochs=1, callbacks=[SpikeDetection(atol=10.0)]).fit(Spiking(5.0), data(64))
+    with pytest.raises(ValueError, match="min or max"):
+        SpikeDetection(mode="lowest")  # type: ignore[arg-type]
