@@ -114,7 +114,8 @@ class ModelPruning(Callback):
         self._resample_parameters = resample_parameters
         self._verbose = verbose
         self._prune_on_train_epoch_end = prune_on_train_epoch_end
-        self._original_layers: dict[int, tuple[nn.Module, list[tuple[int, str]]]] | None = None
+        # id(layer) -> {"data": its copy at setup, "names": [(index in parameters_to_prune, name)]}, as Lightning
+        self._original_layers: dict[int, dict[str, Any]] | None = None
         self._global_zero = True  # logs on global rank zero only (set at setup)
 
     def _resolve_fn(self, pruning_fn: Any, dim: int | None, norm: int | None) -> Any:
@@ -184,7 +185,8 @@ class ModelPruning(Callback):
     def apply_lottery_ticket_hypothesis(self) -> None:
         """Reset the weights that survive pruning to their values at setup (or resample them): the winning ticket."""
         assert self._original_layers is not None
-        for original, names in self._original_layers.values():
+        for entry in self._original_layers.values():
+            original, names = entry["data"], entry["names"]
             source = original
             if self._resample_parameters and callable(getattr(original, "reset_parameters", None)):
                 source = deepcopy(original)  # keep the setup values for the next call
@@ -253,8 +255,8 @@ class ModelPruning(Callback):
             # one copy of each layer's setup values, with the indices of its pruned names
             self._original_layers = {}
             for i, (module, name) in enumerate(self._parameters_to_prune):
-                entry = self._original_layers.setdefault(id(module), (deepcopy(module), []))
-                entry[1].append((i, name))
+                entry = self._original_layers.setdefault(id(module), {"data": deepcopy(module), "names": []})
+                entry["names"].append((i, name))
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._prune_on_train_epoch_end:
