@@ -21,6 +21,10 @@ MODULES = {
     "lightning.pytorch": "trainer",
     "lightning.pytorch.accelerators": "trainer.accelerators",
     "lightning.pytorch.callbacks": "trainer.callbacks",
+    "lightning.pytorch.callbacks.progress": "trainer.callbacks.progress",
+    "lightning.pytorch.callbacks.progress.rich_progress": "trainer.callbacks.progress.rich_progress",
+    "lightning.pytorch.callbacks.progress.tqdm_progress": "trainer.callbacks.progress.tqdm_progress",
+    "lightning.pytorch.callbacks.rich_model_summary": "trainer.callbacks.rich_model_summary",
     "lightning.pytorch.cli": "trainer.cli",
     # where Lightning defines its top-level names: LightningModule in core, Trainer in trainer
     "lightning.pytorch.core": "trainer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,18 +36,36 @@ def with_defaults(
         raise MisconfigurationException(f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=.")
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
-        raise MisconfigurationException(f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=.")
+        raise MisconfigurationException(
+            f"Trainer was configured with `enable_progress_bar=False` but found `{bars[0]}` in callbacks list: "
+            f"enable_progress_bar=False contradicts the {bars[0]} in callbacks=."
+        )
     if len(bars) > 1:
-        raise MisconfigurationException(f"callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one.")
+        raise MisconfigurationException(
+            f"You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is "
+            f"supported: callbacks= holds {len(bars)} progress bars ({', '.join(bars)}); keep one."
+        )
     if progress and not bars:
         given.append(TQDMProgressBar())
     if summary and not any(isinstance(cb, ModelSummary) for cb in given):
-        given.append(ModelSummary())
+        given.append(_summary_for(given))
     if max_time is not None:
         if any(isinstance(cb, Timer) for cb in given):
             raise MisconfigurationException("max_time= and a Timer in callbacks= both set a time limit: keep one.")
         given.append(Timer(duration=max_time, interval="step"))
     return checkpointing_last(given)
+
+
+def _summary_for(given: list[Callback]) -> Callback:
+    """Lightning's pairing: a rich progress bar gets a rich layer table."""
+    from trainer.callbacks import ModelSummary
+
+    rich_bars = sys.modules.get("trainer.callbacks.progress.rich_progress")  # loaded where one was built
+    if rich_bars is not None and any(isinstance(cb, rich_bars.RichProgressBar) for cb in given):
+        from trainer.callbacks.rich_model_summary import RichModelSummary
+
+        return RichModelSummary()
+    return ModelSummary()
 
 
 def checkpointing_last(callbacks: list[Callback]) -> list[Callback]:

@@ -50,6 +50,7 @@ __all__ = [
     "is_picklable",
     "is_shared_filesystem",
     "isolate_rng",
+    "measure_flops",
     "move_data_to_device",
     "rank_prefixed_message",
     "rank_zero_debug",
@@ -59,6 +60,7 @@ __all__ = [
     "rank_zero_warn",
     "set_shared_parameters",
     "suggested_max_num_workers",
+    "summarize",
 ]
 
 
@@ -84,6 +86,14 @@ def __getattr__(name: str) -> Any:
         from trainer.states import LightningEnum
 
         return LightningEnum
+    if name == "measure_flops":
+        from trainer.callbacks.throughput import measure_flops
+
+        return measure_flops
+    if name == "summarize":
+        from trainer.callbacks.model_summary import summarize
+
+        return summarize
     if name in ("get_torchvision_model", "is_overridden"):
         import trainer.utilities.model_helpers as model_helpers
 
