@@ -403,9 +403,7 @@ def test_same_script_runs_ddp_with_two_cpu_ranks(tmp_path: Path) -> None:
 def test_a_lightning_2_6_print_config_yaml_runs(tmp_path: Path) -> None:
     """What Lightning 2.6.6's ``fit --print_config`` writes (every Trainer key at its default) is a config of ours."""
     config = yaml.safe_load((REPO / "tests" / "cli_fixtures" / "lightning_2_6_6_print_config.yaml").read_text())
-    for key in ("barebones", "plugins"):  # issue 34: taken once the launch-mode work lands
-        config["trainer"].pop(key)
-    path = write_yaml(tmp_path / "lightning.yaml", config)
+    path = write_yaml(tmp_path / "lightning.yaml", config)  # every key as Lightning wrote it
     ok(run_cli("fit --config", path, QUICK, "--trainer.default_root_dir", tmp_path / "runs"))
     assert list((tmp_path / "runs").glob("lightning_logs/version_0/checkpoints/*.ckpt"))
 

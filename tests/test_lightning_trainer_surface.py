@@ -267,7 +267,7 @@ def test_trainer_takes_every_parameter_of_lightnings() -> None:
 
     config = yaml.safe_load((Path(__file__).parent / "cli_fixtures" / "lightning_2_6_6_print_config.yaml").read_text())
     ours = set(inspect.signature(trainer.Trainer.__init__).parameters)
-    assert set(config["trainer"]) - ours <= {"barebones", "plugins"}  # issue 34: the launch-mode work adds these
+    assert set(config["trainer"]) <= ours
 
 
 def test_save_checkpoint_before_any_stage_says_a_model_must_be_attached(tmp_path: Path) -> None:
