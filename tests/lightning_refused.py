@@ -84,8 +84,8 @@ for _param in (
 REFUSED["strategies.ModelParallelStrategy"] = Refusal(
     "not built yet: tensor parallelism on a 2-D DeviceMesh; strategy='fsdp' shards parameters, gradients and "
     "optimizer state over one dimension",
-    "cannot import name 'ModelParallelStrategy'",
-    "from lightning.pytorch.strategies import ModelParallelStrategy",
+    "ModelParallelStrategy: steadytrain does not support it",
+    "from lightning.pytorch.strategies import ModelParallelStrategy\nModelParallelStrategy()",
 )
 
 # Parameters ours takes through ``**kwargs`` with the same meaning, by design.

@@ -108,6 +108,7 @@ _LAZY = {
     "DeepSpeedStrategy": "trainer.strategies.unsupported",
     "XLAStrategy": "trainer.strategies.unsupported",
     "SingleDeviceXLAStrategy": "trainer.strategies.unsupported",
+    "ModelParallelStrategy": "trainer.strategies.unsupported",
 }
 
 
