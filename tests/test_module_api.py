@@ -71,13 +71,16 @@ def test_print_on_global_rank_zero_only(capsys: Any) -> None:
 
 
 def test_print_goes_above_a_drawing_progress_bar() -> None:
-    written: list[tuple[str, dict[str, Any]]] = []
-    bar = ProgressBar()
-    bar._display = SimpleNamespace(write=lambda s, **kw: written.append((s, kw)))  # type: ignore[attr-defined]
+    written: list[tuple[Any, ...]] = []
+
+    class Recording(ProgressBar):
+        def print(self, *args: Any, **kwargs: Any) -> None:
+            written.append((args, kwargs))
+
     module = Regressor()
-    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=0, progress_bar_callback=bar))
+    object.__setattr__(module, "_trainer", SimpleNamespace(global_rank=0, progress_bar_callback=Recording()))
     module.print("a", 2, sep="-", flush=True)
-    assert written == [("a-2", {"end": "\n"})]
+    assert written == [(("a", 2), {"sep": "-", "flush": True})]  # the bar writes it, above itself
 
 
 # ---- all_gather --------------------------------------------------------------------------------------------
