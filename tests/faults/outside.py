@@ -134,7 +134,7 @@ OUTSIDE = [
         done(fit)
         """
         ),
-        says=("resumed from copy/epoch=2-step=24.ckpt", "DONE"),
+        says=("copy/epoch=2-step=24.ckpt at epoch 3, step 24", "DONE"),  # dirpath is absolute, as Lightning's
         expect="OK",
         prepare=(("prepare",),),
     ),
