@@ -138,12 +138,12 @@ def check_types(values: dict[str, Any]) -> None:
         value = values[name]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise MisconfigurationTypeError(
-                f"`{name}` should be an integer{' or None' if name != 'max_steps' else ''}, got {value!r}."
+                f"`{name}` should be an integer{' or None' if name != 'max_steps' else ''}, got {name}={value!r}."
             )
     clip = values["gradient_clip_val"]
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
         raise MisconfigurationTypeError(
-            f"`gradient_clip_val` should be an int or a float (or None for no clipping). Got {clip!r}."
+            f"`gradient_clip_val` should be an int or a float (or None for no clipping). Got gradient_clip_val={clip!r}."
         )
 
 

@@ -60,7 +60,12 @@ FLAGS = [
         'gradient_clip_val="1.0"',
         ("gradient_clip_val='1.0'",),
     ),
-    _flag("limit-train-batches-zero", "limit_train_batches=0", ("limit_train_batches=0",)),
+    Case(  # Lightning's rule: no training, no error; we say so where Lightning is silent
+        "flag-limit-train-batches-zero",
+        "fit = make_trainer(limit_train_batches=0)\nfit.fit(Net(), loader())\ndone(fit)",
+        says=("limit_train_batches=0: fit runs no training step", "step=0"),
+        expect="OK",
+    ),
     _flag(
         "callback-class-not-instance",
         "callbacks=[trainer.ModelCheckpoint]",
@@ -160,7 +165,20 @@ MODULES = [
         """,
         says=("training_step()", "positional argument"),
     ),
-    _optimizers("returns-none", "torch.optim.SGD(self.parameters(), lr=0.01)  # forgot the return", ("NoneType",)),
+    Case(  # Lightning's rule: a fit with no optimizer runs, with Lightning's warning (the loss is not stepped)
+        "module-optimizers-returns-none",
+        """
+        class Broken(Net):
+            def configure_optimizers(self):
+                torch.optim.SGD(self.parameters(), lr=0.01)  # forgot the return
+
+        fit = make_trainer()
+        fit.fit(Broken(), loader())
+        done(fit)
+        """,
+        says=("`LightningModule.configure_optimizers` returned `None`", "no optimizer", "DONE"),
+        expect="OK",
+    ),
     _optimizers("returns-parameters", "return self.parameters()", ("generator",)),
     _optimizers(
         "returns-optimizer-class",
@@ -170,7 +188,7 @@ MODULES = [
     _optimizers(
         "scheduler-is-an-optimizer",
         "opt = torch.optim.SGD(self.parameters(), lr=0.01)\n            return {'optimizer': opt, 'lr_scheduler': opt}",
-        ("SGD", "LR scheduler"),
+        ("`SGD`", "lr scheduler", "it is an optimizer"),
     ),
     _optimizers(
         "plateau-without-monitor",
@@ -807,7 +825,7 @@ DAMAGED = [
         'damage("ckpts/last.ckpt")\n'
         'fit = make_trainer(callbacks=[every_step()], logger=False)\nfit.fit(Net(), loader(), ckpt_path="last")\n'
         "done(fit)",
-        ("skipped the damaged checkpoint ckpts/last.ckpt", "resumed from ckpts/older.ckpt", "DONE"),
+        ("skipped the damaged checkpoint /", "/ckpts/last.ckpt", "resumed from /", "/ckpts/older.ckpt", "DONE"),
         prepare=(("prepare",),),
         expect="OK",
     ),

@@ -146,8 +146,14 @@ def check_output_folders(trainer: TrainerView) -> None:
 def warn_logging_gap(trainer: TrainerView, num_training_batches: int | float) -> None:
     """Lightning's warning when an epoch is shorter than ``log_every_n_steps``: training values would then
     reach the loggers less than once an epoch (the epoch values still arrive at every epoch end)."""
+    if not trainer.is_global_zero or trainer.fast_dev_run:
+        return
+    if num_training_batches == 0:  # no training at all: say so (Lightning is silent), not a logging gap
+        if trainer.limit_train_batches == 0:
+            print("steadytrain: limit_train_batches=0: fit runs no training step (Lightning's rule).", flush=True)
+        return
     every = trainer.log_every_n_steps
-    if not trainer.loggers or trainer.fast_dev_run or not trainer.is_global_zero or num_training_batches >= every:
+    if not trainer.loggers or num_training_batches >= every:
         return
     import warnings
 
