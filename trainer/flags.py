@@ -143,7 +143,8 @@ def check_types(values: dict[str, Any]) -> None:
     clip = values["gradient_clip_val"]
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
         raise MisconfigurationTypeError(
-            f"`gradient_clip_val` should be an int or a float (or None for no clipping). Got gradient_clip_val={clip!r}."
+            "`gradient_clip_val` should be an int or a float (or None for no clipping). "
+            f"Got gradient_clip_val={clip!r}."
         )
 
 
