@@ -55,3 +55,23 @@ def test_mlflow_logger_stops_naming_deleted_store(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"MLflow store .*mlflow\.db was deleted"):
         logger.flush()
     logger.finalize("success")  # reported once; ending the run raises nothing more
+
+
+def test_wandb_offline_run_file_deleted_is_named(tmp_path: Path) -> None:
+    """wandb's service keeps writing into a deleted stream: the next send sees the file gone and stops the run
+    (the catalogue case ``outside-log-folder-deleted-wandb-offline`` runs it with wandb itself)."""
+    from types import SimpleNamespace
+
+    from trainer.loggers.wandb_media import offline_file_gone
+
+    stream = tmp_path / "offline-run-1" / "run-1.wandb"
+    stream.parent.mkdir()
+    stream.write_bytes(b"")
+    run = SimpleNamespace(settings=SimpleNamespace(mode="offline", sync_file=str(stream)))
+    assert offline_file_gone(run) is None
+    online = SimpleNamespace(settings=SimpleNamespace(mode="online", sync_file=str(tmp_path / "absent.wandb")))
+    assert offline_file_gone(online) is None  # online runs stream to the server; the local copy is not the record
+    shutil.rmtree(stream.parent)
+    error = offline_file_gone(run)
+    assert isinstance(error, FileNotFoundError) and f"{stream} was deleted" in str(error)
+    assert "ckpt_path='last'" in str(error)

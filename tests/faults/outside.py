@@ -85,6 +85,36 @@ OUTSIDE = [
         says=("was deleted while this run logged", "DONE"),
         expect="OK",
     ),
+    Case(  # wandb's service cannot reopen its deleted stream: the run stops, naming the file
+        "outside-log-folder-deleted-wandb-offline",
+        """
+        os.environ["WANDB_SILENT"] = "true"
+
+        class DeleteLogs(trainer.Callback):
+            def on_train_epoch_end(self, trainer, module):
+                if trainer.current_epoch == 0:
+                    shutil.rmtree("wb/wandb")  # a cleanup job
+
+        logger = trainer.loggers.WandbLogger(save_dir="wb", offline=True)
+        make_trainer(max_epochs=3, log_every_n_steps=1, callbacks=[DeleteLogs()], logger=logger).fit(Net(), loader())
+        """,
+        says=("offline run file wb/wandb/offline-run-", ".wandb was deleted", "ckpt_path='last'"),
+        deadline=90.0,
+    ),
+    Case(  # MLflow's local file store: its run cannot be made again, so the run stops naming the store
+        "outside-log-folder-deleted-mlflow",
+        """
+        class DeleteLogs(trainer.Callback):
+            def on_train_epoch_end(self, trainer, module):
+                if trainer.current_epoch == 0:
+                    os.remove("mlflow.db")  # a cleanup job
+
+        logger = trainer.loggers.MLFlowLogger(tracking_uri="sqlite:///mlflow.db", save_dir="runs")
+        make_trainer(max_epochs=3, log_every_n_steps=1, callbacks=[DeleteLogs()], logger=logger).fit(Net(), loader())
+        """,
+        says=("MLFlowLogger: the MLflow store", "mlflow.db", "was deleted while run"),
+        deadline=90.0,
+    ),
     Case(
         "outside-kill-9-mid-save-leaves-no-fake-checkpoint",
         """

@@ -23,7 +23,15 @@ from trainer.loggers.base import (
 )
 from trainer.loggers.checkpoints import checkpoint_aliases, checkpoint_metadata, unlogged_checkpoints
 from trainer.loggers.folder import global_rank
-from trainer.loggers.wandb_media import download_artifact, histogram, import_wandb, per_item, snapshot, wandb_masks
+from trainer.loggers.wandb_media import (
+    download_artifact,
+    histogram,
+    import_wandb,
+    offline_file_gone,
+    per_item,
+    snapshot,
+    wandb_masks,
+)
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -354,6 +362,9 @@ class WandbLogger(Logger):
             self._row.add(step, values)
 
     def _send(self, step: int, values: dict[str, Any]) -> None:
+        gone = offline_file_gone(self._run)
+        if gone is not None:
+            raise gone
         self.experiment.log(values if self._sync_tensorboard else {**values, STEP_METRIC: step})
 
     def _init_args(self) -> dict[str, Any]:

@@ -34,6 +34,23 @@ def import_wandb() -> Any:
     return wandb
 
 
+def offline_file_gone(run: Any) -> FileNotFoundError | None:
+    """The error when an offline run's ``.wandb`` file was deleted (a cleanup job, ``rm -r`` of the save folder).
+
+    wandb's service keeps writing into the deleted file and ``wandb sync`` later finds nothing: every later metric
+    would be lost without a word. Its stream cannot be reopened mid-run, so the run stops, naming the file.
+    """
+    settings = getattr(run, "settings", None)
+    sync_file = getattr(settings, "sync_file", None)
+    if getattr(settings, "mode", None) != "offline" or not isinstance(sync_file, str) or os.path.exists(sync_file):
+        return None
+    return FileNotFoundError(
+        f"WandbLogger: the offline run file {sync_file} was deleted while the run logged to it (a cleanup job? rm -r "
+        "of the save_dir?). wandb cannot reopen it, so everything logged from now on would be lost: the run stops "
+        "here. Resume it from its last checkpoint (ckpt_path='last') with a save_dir no cleanup job touches."
+    )
+
+
 def download_artifact(
     artifact: str,
     save_dir: str | os.PathLike[str] | None = None,
