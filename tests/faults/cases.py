@@ -566,6 +566,20 @@ fit = make_trainer(strategy="ddp", devices=2, max_epochs=3, callbacks=[Announce(
 fit.fit(Reporting(step_s=0.05), loader(n=256, shuffle=True), ckpt_path="last" if RESUME else None)
 done(fit)
 """
+_DDP_BIG = """
+class Reporting(Net):
+    def __init__(self):  # 16 MB of state in 64 buffers (DDP needs every parameter in the loss)
+        super().__init__()
+        for i in range(64):
+            self.register_buffer(f"table{i}", torch.zeros(256, 256))
+
+    def on_fit_start(self):
+        print(f"PID{self.global_rank}={os.getpid()}", flush=True)
+
+fit = make_trainer(strategy="ddp", devices=2, max_epochs=2, callbacks=[Announce(), every_step()])
+fit.fit(Reporting(), loader(n=64, shuffle=True), ckpt_path="last" if RESUME else None)
+done(fit)
+"""
 SIGNALS += [
     _signal(
         "ddp-sigterm-rank0",
@@ -585,6 +599,16 @@ SIGNALS += [
         checks=_SAVED,
         deadline=DDP_DEADLINE,
     ),
+    _signal(  # rank 1 dies while rank 0 writes: the job ends, rank 0's half-written file is no checkpoint
+        "ddp-sigkill-rank1-mid-rank0-save",
+        _DDP_BIG,
+        "CLEAR",
+        ("rank 1 was killed by SIGKILL", "stopping all ranks"),
+        Signal(signal.SIGKILL, after="PID1=", file=_SAVING, file_bytes=_MB, to="PID1="),
+        # sent while rank 0's temporary held 1 MB of 16: rank 0, stopped, removes it; last.ckpt is the one before
+        checks=(absent(_SAVING, "rank 0's half-written temporary was left"), *_KEPT),
+        deadline=DDP_DEADLINE,
+    ),
     _signal(
         "ddp-sigkill-rank0",
         _DDP_RUN,
@@ -596,6 +620,31 @@ SIGNALS += [
     ),
 ]
 
+SIGNALS.append(
+    Case(  # a crash mid-run with top-k kept: the resumed run keeps exactly k, the best among all epochs
+        "crash-with-top-k-resumed",
+        """
+        class Crashing(Net):
+            def on_train_batch_start(self, batch, batch_idx):
+                if not RESUME and self.current_epoch == 3 and batch_idx == 2:
+                    raise RuntimeError("CRASH in epoch 3")
+
+        keep = trainer.ModelCheckpoint(dirpath="ckpts", monitor="val_loss", save_top_k=2)
+        fit = make_trainer(max_epochs=5, callbacks=[keep], logger=False)
+        fit.fit(Crashing(), loader(), loader(n=16), ckpt_path="last" if RESUME else None)
+        if RESUME:
+            kept = sorted(p.name for p in Path("ckpts").glob("*.ckpt") if p.name != "last.ckpt")
+            scores = {name: float(torch.load(f"ckpts/{name}", weights_only=True)["callbacks"]
+                                  [keep.state_key]["current_score"]) for name in kept}
+            assert len(kept) == 2 and set(kept) == {Path(p).name for p in keep.best_k_models}, kept
+            assert Path(keep.best_model_path).name == min(scores, key=scores.get), (keep.best_model_path, scores)
+        done(fit)
+        """,
+        says=("CRASH in epoch 3",),
+        resume=("resume",),
+        deadline=90.0,
+    )
+)
 
 # ---- full disks and folders that cannot be written --------------------------------------------------------
 DISK = [

@@ -441,10 +441,10 @@ def csv_readable(pattern: str = "runs/**/metrics.csv") -> Check:
 
 
 def absent(name: str, why: str) -> Check:
-    """``name`` must not exist after the run (e.g. the marker a pickle payload would write)."""
+    """Nothing named ``name`` (a glob) may exist after the run (e.g. the marker a pickle payload would write)."""
 
     def check(folder: Path, output: str) -> str | None:
-        return f"SILENT: {why}" if (folder / name).exists() else None
+        return f"SILENT: {why}" if list(folder.glob(name)) else None
 
     return check
 
