@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, CPUOffloadPolicy, ShardingStrategy
 from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy, size_based_auto_wrap_policy
 
 import trainer
@@ -143,3 +143,9 @@ def test_cluster_environment_and_parallel_devices_reach_the_trainer() -> None:
     assert fit.strategy.cluster_environment is env  # type: ignore[attr-defined]
     with pytest.raises(MisconfigurationException, match="not a ClusterEnvironment"):
         FSDPStrategy(cluster_environment="slurm")  # type: ignore[arg-type]
+
+
+def test_lightnings_fsdp1_cpu_offload_is_fsdp2s_offload_policy() -> None:
+    assert isinstance(FSDPStrategy(cpu_offload=CPUOffload(offload_params=True)).offload_policy, CPUOffloadPolicy)
+    assert FSDPStrategy(cpu_offload=CPUOffload(offload_params=False)).offload_policy is None
+    assert FSDPStrategy(cpu_offload=None).offload_policy is None
