@@ -68,6 +68,17 @@ def test_activation_checkpointing_policy_recomputes_the_chosen_blocks_with_the_s
     assert [n for n, _ in checkpointed.named_parameters()] == [n for n, _ in plain.named_parameters()]
 
 
+def test_layers_the_model_checkpoints_itself_are_left_as_they_are_with_lightnings_warning() -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    net = model()
+    net[0] = checkpoint_wrapper(net[0])  # type: ignore[assignment]
+    with pytest.warns(UserWarning, match="already contains checkpointed layers"):
+        checkpoint_activations(net, {Block})
+    net(torch.randn(2, 10)).sum().backward()
+    assert net[1].calls == 1  # not checkpointed by the policy
+
+
 @pytest.mark.parametrize(
     ("value", "mesh_kind", "reshard"),
     [

@@ -289,6 +289,6 @@ def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
 
 def _warn_policy_unused() -> None:
     """Lightning's rule: submodules ``configure_model`` sharded itself stay as they are; the policy is not used."""
-    from lightning_utilities.core.rank_zero import rank_zero_warn
-
-    rank_zero_warn("A FSDP `auto_wrap_policy` is set, but the model is already wrapped. The policy will be ignored.")
+    policies.warn_on_rank_zero(
+        "A FSDP `auto_wrap_policy` is set, but the model is already wrapped. The policy will be ignored."
+    )

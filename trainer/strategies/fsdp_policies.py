@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -211,5 +213,25 @@ def checkpoint_activations(module: nn.Module, policy: Policy | None) -> None:
         return
     from torch.distributed._composable import checkpoint
 
+    if any(_checkpointed(sub) for sub in module.modules()):  # Lightning's rule: the user's own checkpointing wins
+        warn_on_rank_zero(
+            "FSDP checkpointing is configured, but the model already contains checkpointed layers."
+            " Checkpointing will be ignored."
+        )
+        return
     for sub in policy_plan(module, policy):
         checkpoint(sub)
+
+
+def _checkpointed(module: nn.Module) -> bool:
+    """Wrapped by torch's ``checkpoint_wrapper`` or given the composable ``checkpoint`` (in ``configure_model``)."""
+    from torch.distributed._composable.contract import _get_registry
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    return isinstance(module, CheckpointWrapper) or "checkpoint" in (_get_registry(module) or {})
+
+
+def warn_on_rank_zero(message: str) -> None:
+    """Lightning's rank-zero warning: every rank reaches it, one says it."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        warnings.warn(message, UserWarning, stacklevel=3)
