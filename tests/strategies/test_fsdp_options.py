@@ -160,3 +160,26 @@ def test_lightnings_fsdp1_cpu_offload_is_fsdp2s_offload_policy() -> None:
     assert isinstance(FSDPStrategy(cpu_offload=CPUOffload(offload_params=True)).offload_policy, CPUOffloadPolicy)
     assert FSDPStrategy(cpu_offload=CPUOffload(offload_params=False)).offload_policy is None
     assert FSDPStrategy(cpu_offload=None).offload_policy is None
+
+
+@pytest.fixture
+def one_rank_group() -> Any:
+    """A process group of one rank in this process (a DeviceMesh needs one), destroyed afterwards."""
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_device_mesh_object_is_used_as_given_when_its_dimensions_fit(one_rank_group: Any) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    flat = init_device_mesh("cpu", (1,))
+    square = init_device_mesh("cpu", (1, 1), mesh_dim_names=("replicate", "shard"))
+    assert FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=square).device_mesh() is square
+    assert FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", device_mesh=flat).device_mesh() is flat
+    for name, mesh in (("FULL_SHARD", square), ("HYBRID_SHARD", flat), ("NO_SHARD", flat)):
+        with pytest.raises(MisconfigurationException, match=rf"sharding_strategy='{name}', device_mesh=<"):
+            FSDPStrategy(sharding_strategy=name, device_mesh=mesh)
