@@ -65,7 +65,7 @@ class FSDPStrategy(ParallelStrategy):
         *,
         min_params_to_shard: int | None = None,
         reshard_after_forward: bool | None = None,
-        cpu_offload: bool | CPUOffloadPolicy | None = False,
+        cpu_offload: bool | CPUOffloadPolicy | CPUOffload | None = False,
         activation_checkpointing: Any = None,
         sharding: Literal["full", "hybrid"] = "full",
         auto_wrap_policy: Any = None,
@@ -159,8 +159,10 @@ class FSDPStrategy(ParallelStrategy):
         if not any(isinstance(m, FSDPModule) for m in module.modules()):
             for sub in self._shard_plan(module):
                 fully_shard(sub, mesh=mesh, **self._shard_kwargs())
-        elif self.auto_wrap_policy is not None:
-            _warn_policy_unused()
+        elif self.auto_wrap_policy is not None:  # Lightning's rule: configure_model's own sharding is kept
+            policies.warn_on_rank_zero(
+                "A FSDP `auto_wrap_policy` is set, but the model is already wrapped. The policy will be ignored."
+            )
         fully_shard(module, mesh=mesh, **self._shard_kwargs())
 
     def _shard_plan(self, module: nn.Module) -> list[nn.Module]:
@@ -181,7 +183,7 @@ class FSDPStrategy(ParallelStrategy):
 
     @property
     def sharding(self) -> str:
-        """ "full" or "hybrid" (our name) or "replicate" (NO_SHARD)."""
+        """Our name for the layout: 'full', 'hybrid', or 'replicate' (NO_SHARD)."""
         return {"shard": "full"}.get(self.layout.mesh_kind, self.layout.mesh_kind)
 
     def _shard_kwargs(self) -> dict[str, Any]:
@@ -285,10 +287,3 @@ def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
     """Parameters and buffers that are not DTensors yet (``configure_model`` may have sharded some)."""
     tensors = [*module.parameters(), *module.buffers()]
     return [t for t in tensors if not isinstance(t, DTensor)]
-
-
-def _warn_policy_unused() -> None:
-    """Lightning's rule: submodules ``configure_model`` sharded itself stay as they are; the policy is not used."""
-    policies.warn_on_rank_zero(
-        "A FSDP `auto_wrap_policy` is set, but the model is already wrapped. The policy will be ignored."
-    )
