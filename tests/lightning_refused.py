@@ -65,22 +65,6 @@ for _cls in ("Strategy", "ParallelStrategy", "SingleDeviceStrategy", "DDPStrateg
             f"from lightning.pytorch.strategies import {_cls}\n{_cls}({_param}=None)",
         )
 
-# Not built yet (issue 34): each is refused by name, so a port learns it at once.
-_FSDP_TODO = "not built yet: FSDP2 here wraps each top-level submodule with its own policy; see docs/strategies.md"
-for _param in (
-    "auto_wrap_policy",
-    "activation_checkpointing_policy",
-    "sharding_strategy",
-    "device_mesh",
-    "cluster_environment",
-    "checkpoint_io",
-    "parallel_devices",
-):
-    REFUSED[f"strategies.FSDPStrategy.__init__({_param})"] = Refusal(
-        _FSDP_TODO,
-        f"unexpected keyword argument '{_param}'",
-        f"from lightning.pytorch.strategies import FSDPStrategy\nFSDPStrategy({_param}=None)",
-    )
 REFUSED["strategies.ModelParallelStrategy"] = Refusal(
     "not built yet: tensor parallelism on a 2-D DeviceMesh; strategy='fsdp' shards parameters, gradients and "
     "optimizer state over one dimension",

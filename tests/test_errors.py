@@ -53,7 +53,7 @@ class CountingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         (dict(limit_train_batches=-1), ["limit_train_batches=-1", "fraction"]),
         (dict(limit_train_batches=1.5), ["limit_train_batches=1.5", "[0.0, 1.0]"]),
         (dict(limit_val_batches=True), ["limit_val_batches=True"]),
-        (dict(log_every_n_steps=0), ["log_every_n_steps=0", ">= 1"]),
+        (dict(log_every_n_steps=-1), ["log_every_n_steps=-1", ">= 0"]),
         (dict(on_nonfinite_loss="bar"), ["'bar'", "raise", "skip", "off"]),
         (dict(check_val_every_n_epoch=0), ["check_val_every_n_epoch=0"]),
     ],

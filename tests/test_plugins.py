@@ -144,6 +144,7 @@ def test_barebones_turns_off_what_costs_speed(tmp_path: Path) -> None:
     assert t.progress_bar_callback is None
     assert not any(isinstance(cb, trainer.ModelSummary) for cb in t.callbacks)
     assert t.num_sanity_val_steps == 0
+    assert t.log_every_n_steps == 0  # Lightning's: no step is a logging step
 
 
 @pytest.mark.parametrize(
@@ -158,6 +159,7 @@ def test_barebones_turns_off_what_costs_speed(tmp_path: Path) -> None:
         ("fast_dev_run", 1),
         ("detect_anomaly", True),
         ("profiler", "simple"),
+        ("profiler", False),  # Lightning refuses any profiler but None
     ],
 )
 def test_barebones_refuses_what_it_turns_off_with_lightnings_text(tmp_path: Path, flag: str, value: Any) -> None:
@@ -175,8 +177,39 @@ def test_barebones_warns_on_self_log(tmp_path: Path) -> None:
 class LoggingRegressor(Regressor):
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         loss = super().training_step(batch, batch_idx)
-        self.log("loss", loss)
+        self.log("loss", loss, on_step=True, on_epoch=True)
         return loss
+
+
+class Rows(trainer.loggers.Logger):
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    @property
+    def name(self) -> str:
+        return "rows"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append(dict(metrics))
+
+
+def test_log_every_n_steps_zero_logs_epoch_values_only(tmp_path: Path) -> None:
+    """barebones' value, which Lightning takes on its own too: no step is a logging step, epochs still log, and the
+    callbacks that log at logging steps log nothing at steps (instead of dividing by zero)."""
+    rows = Rows()
+    callbacks = [trainer.callbacks.LearningRateMonitor(logging_interval="step"), trainer.callbacks.DeviceStatsMonitor()]
+    fit = quiet(tmp_path, max_epochs=2, log_every_n_steps=0, logger=rows, callbacks=callbacks)
+    fit.fit(LoggingRegressor(), loader(regression_data(16)))
+    keys = {key for row in rows.rows for key in row}
+    assert "loss_epoch" in keys
+    assert not [k for k in keys if k == "loss_step" or k.startswith(("lr-", "DeviceStatsMonitor"))], keys
 
 
 class MyCluster(ClusterEnvironment):

@@ -166,8 +166,11 @@ def check_counts(values: dict[str, Any]) -> None:
             raise MisconfigurationException(f"{name}={values[name]!r} must be >= 0 or None.")
     if values["accumulate_grad_batches"] < 1:
         raise MisconfigurationException(f"accumulate_grad_batches={values['accumulate_grad_batches']!r} must be >= 1.")
-    if values["log_every_n_steps"] < 1:
-        raise MisconfigurationException(f"log_every_n_steps={values['log_every_n_steps']!r} must be >= 1.")
+    if values["log_every_n_steps"] < 0:
+        raise MisconfigurationException(
+            f"log_every_n_steps={values['log_every_n_steps']!r} must be >= 0 (0: step values never reach the "
+            "loggers, only epoch values; Lightning's meaning)."
+        )
     every = values["check_val_every_n_epoch"]
     if every is not None and every < 1:
         raise MisconfigurationException(f"check_val_every_n_epoch={every!r} must be >= 1 or None.")
@@ -313,7 +316,7 @@ _BAREBONES_OFF = {
     "enable_model_summary": "Model summary can impact raw speed so it is disabled in barebones mode.",
     "num_sanity_val_steps": "Sanity checking can impact raw speed so it is disabled in barebones mode.",
 }
-_BAREBONES_REFUSED = {
+_BAREBONES_REFUSED = {  # Lightning's rules: any fast_dev_run but False/0, detect_anomaly on, any profiler
     "fast_dev_run": "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.",
     "detect_anomaly": "Anomaly detection can impact raw speed so it is disabled in barebones mode.",
     "profiler": "Profiling can impact raw speed so it is disabled in barebones mode.",
@@ -325,7 +328,7 @@ def unset_flags(barebones: bool, values: dict[str, Any]) -> tuple[Any, ...]:
 
     ``barebones=True`` (Lightning's rules) turns off checkpointing, loggers, the progress bar, the model summary
     and the sanity check, and refuses any of them given on, and ``fast_dev_run``, ``detect_anomaly`` or a
-    profiler. ``log_every_n_steps`` keeps its default: with no logger nothing is written.
+    profiler. ``log_every_n_steps`` becomes 0 (no step is a logging step), as in Lightning.
     """
     if not isinstance(barebones, bool):
         raise MisconfigurationException(f"barebones={barebones!r} must be True or False.")
@@ -335,6 +338,6 @@ def unset_flags(barebones: bool, values: dict[str, Any]) -> tuple[Any, ...]:
         if values[name] not in (None, False, 0):
             raise MisconfigurationException(f"`Trainer(barebones=True, {name}={values[name]!r})` was passed. {why}")
     for name, why in _BAREBONES_REFUSED.items():
-        if values[name] not in (None, False, 0):
+        if values[name] not in (None, False, 0) or (name == "profiler" and values[name] is not None):
             raise MisconfigurationException(f"`Trainer(barebones=True, {name}={values[name]!r})` was passed. {why}")
-    return False, False, False, False, 0, UNSET_DEFAULTS["log_every_n_steps"]
+    return False, False, False, False, 0, 0

@@ -127,7 +127,7 @@ class Trainer:
             limit_test_batches: batches per test: an int count or a fraction in [0, 1].
             limit_predict_batches: batches per predict: an int count or a fraction in [0, 1].
             num_sanity_val_steps: validation batches run before training (-1: all, 0: none; None: 2).
-            log_every_n_steps: how often per-step values reach the loggers (None: 50).
+            log_every_n_steps: how often per-step values reach the loggers (None: 50; 0: never, epoch values only).
             fast_dev_run: run 1 (True) or n batches of fit, validate, test and predict, to find bugs fast: no
                 sanity check, no logging, no checkpoints, no early stopping.
             overfit_batches: train and validate on this many batches (an int, or a fraction of the training

@@ -3,8 +3,12 @@
     python fsdp_job.py OUT TAG [--strategy fsdp|ddp|single] [--devices N] [--manual] [--dropout P]
                        [--save-at STEP] [--resume CKPT] [--full-state] [--async-save] [--top-k K]
                        [--hybrid] [--ac] [--offload] [--precision P] [--configure-model] [--stage fit|validate|predict]
+                       [--wrap-policy] [--ac-policy] [--sharding-strategy S] [--mesh R,S] [--checkpoint-io]
+                       [--no-shuffle]
 
-Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step.
+Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step, and what the
+strategy's options did (which submodules FSDP wrapped, Linear forward calls, the mesh, whether a sharded layer's
+weight was gathered after forward, the files a custom CheckpointIO wrote).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, ShardingStrategy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
+from trainer.plugins import TorchCheckpointIO
 from trainer.strategies.fsdp import FSDPStrategy
 
 
@@ -40,6 +46,14 @@ class Net(trainer.Module):
             torch.nn.Linear(32, 1),  # 33: the root's
         )
         self.losses: list[float] = []
+        self.linear_calls = 0  # every Linear forward, recomputations included
+        self.gathered_after_forward: list[bool] = []  # net[0]'s weight a plain (unsharded) tensor after forward
+        for layer in self.net:
+            if isinstance(layer, torch.nn.Linear):
+                layer.register_forward_pre_hook(self._count)
+
+    def _count(self, *args: Any) -> None:
+        self.linear_calls += 1
 
     def loss(self, batch: Any) -> torch.Tensor:
         x, y = batch
@@ -48,6 +62,7 @@ class Net(trainer.Module):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.loss(batch)
         self.losses.append(loss.item())
+        self.gathered_after_forward.append(not isinstance(self.net[0].weight, DTensor))
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -106,6 +121,18 @@ class SaveAt(trainer.Callback):
             trainer.save_checkpoint(self.path)
 
 
+class RecordingIO(TorchCheckpointIO):
+    """A CheckpointIO of the user's: notes each file it writes (rank 0 writes full checkpoints)."""
+
+    def __init__(self, note: Path) -> None:
+        self.note = note
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        with open(self.note, "a") as f:
+            f.write(f"{Path(path).name}\n")
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
 def full_weights(fit: trainer.Trainer, module: Net) -> dict[str, torch.Tensor]:
     if isinstance(fit.strategy, FSDPStrategy):
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
@@ -134,12 +161,26 @@ def main() -> None:
     parser.add_argument("--configure-model", action="store_true")
     parser.add_argument("--stage", default="fit", choices=["fit", "validate", "predict"])
     parser.add_argument("--schedule", action="store_true", help="GradientAccumulationScheduler({1: 3})")
+    parser.add_argument("--wrap-policy", action="store_true", help="auto_wrap_policy={Linear}")
+    parser.add_argument("--ac-policy", action="store_true", help="activation_checkpointing_policy={Linear}")
+    parser.add_argument("--sharding-strategy", default=None, help="a name, or enum:NAME for torch's enum")
+    parser.add_argument("--mesh", default=None, help="device_mesh as R,S")
+    parser.add_argument("--checkpoint-io", action="store_true", help="a CheckpointIO that notes its writes")
+    parser.add_argument("--no-shuffle", action="store_true", help="in order: 2x4 samples are 1x8's batch")
     args = parser.parse_args()
     torch.manual_seed(0)
     strategy: Any = args.strategy
     if args.strategy == "fsdp":
+        sharding_strategy: Any = args.sharding_strategy
+        if sharding_strategy and sharding_strategy.startswith("enum:"):
+            sharding_strategy = ShardingStrategy[sharding_strategy.removeprefix("enum:")]
         strategy = FSDPStrategy(
-            min_params_to_shard=100,
+            min_params_to_shard=None if args.wrap_policy else 100,
+            auto_wrap_policy={torch.nn.Linear} if args.wrap_policy else None,
+            activation_checkpointing_policy={torch.nn.Linear} if args.ac_policy else None,
+            sharding_strategy=sharding_strategy,
+            device_mesh=tuple(int(n) for n in args.mesh.split(",")) if args.mesh else None,  # type: ignore[arg-type]
+            checkpoint_io=RecordingIO(args.out / f"{args.tag}-io.txt") if args.checkpoint_io else None,
             state_dict_type="full" if args.full_state else "sharded",
             async_save=args.async_save,
             sharding="hybrid" if args.hybrid else "full",
@@ -173,7 +214,7 @@ def main() -> None:
         callbacks=callbacks,
     )
     per_rank = 8 // args.devices
-    train = DataLoader(data(64, 0), batch_size=per_rank, shuffle=True)
+    train = DataLoader(data(64, 0), batch_size=per_rank, shuffle=not args.no_shuffle)
     val = DataLoader(data(20, 1), batch_size=per_rank)
     result: dict[str, Any] = {}
     if args.stage == "fit":
@@ -188,7 +229,14 @@ def main() -> None:
         global_step=fit.global_step,
         world_size=fit.world_size,
         metrics={k: float(v) for k, v in fit.callback_metrics.items()},
+        wrapped=[name for name, m in module.named_modules() if isinstance(m, FSDPModule)],
+        linear_calls=module.linear_calls,
+        gathered_after_forward=module.gathered_after_forward,
     )
+    if isinstance(fit.strategy, FSDPStrategy):
+        result["mesh"] = tuple(fit.strategy.device_mesh().shape)
+        weight = module.net[0].weight
+        result["local_share"] = weight.to_local().numel() / weight.numel()  # 0.5: sharded over 2; 1: whole
     torch.save(result, args.out / f"{args.tag}-rank{fit.global_rank}.pt")
 
 

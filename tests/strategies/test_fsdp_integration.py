@@ -29,7 +29,8 @@ from trainer.checkpoint.sharded import (
     save_sharded,
 )
 from trainer.strategies import SingleDeviceStrategy, strategy_class
-from trainer.strategies.fsdp import FSDPStrategy, _shard_plan
+from trainer.strategies.fsdp import FSDPStrategy
+from trainer.strategies.fsdp_policies import size_plan
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "fsdp_job.py"
 
@@ -46,8 +47,8 @@ def test_registered_and_checks_its_options() -> None:
 def test_shard_plan_takes_large_submodules_innermost_first() -> None:
     block = nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 1))  # 110 and 11 parameters
     root = nn.Sequential(block, nn.Linear(100, 2))  # 202
-    assert _shard_plan(root, 100) == [root[1], block[0]]  # block's remaining 11 stay with the root
-    assert _shard_plan(root, 1000) == []
+    assert size_plan(root, 100) == [root[1], block[0]]  # block's remaining 11 stay with the root
+    assert size_plan(root, 1000) == []
 
 
 def _checkpoint() -> tuple[nn.Module, torch.optim.Optimizer, dict[str, Any]]:
@@ -271,3 +272,53 @@ def test_model_checkpoint_keeps_directories_and_full_state_option(tmp_path: Path
     assert (tmp_path / "full-step3.ckpt").is_file()  # one gathered file, written by rank 0
     resumed = job(tmp_path, "resumed", "--full-state", "--resume", "full-step3.ckpt")
     assert max_diff(resumed[0], full[0]) == 0
+
+
+# ---- Lightning's options (tests/strategies/test_fsdp_options.py checks them in one process) ----------
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same training on one device, batches in order: 2 ranks x 4 samples are its batch of 8."""
+    out = tmp_path_factory.mktemp("one")
+    return job(out, "one", "--strategy", "single", "--devices", "1", "--no-shuffle")[0]
+
+
+@pytest.mark.slow
+def test_auto_wrap_and_activation_checkpointing_policies_keep_one_devices_math(
+    tmp_path: Path, one_device: dict[str, Any]
+) -> None:
+    ranks = job(tmp_path, "policies", "--wrap-policy", "--ac-policy", "--no-shuffle")
+    assert ranks[0]["wrapped"] == ["", "net.0", "net.3", "net.5"]  # each Linear (the size rule leaves net.5 out)
+    # every training forward of a Linear runs again in backward; evaluation has no backward
+    train_calls = 3 * len(one_device["losses"])
+    assert ranks[0]["linear_calls"] - one_device["linear_calls"] == train_calls
+    assert max_diff(ranks[0], one_device) < 1e-6
+    means = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]  # each rank: half the batch
+    assert means == pytest.approx(one_device["losses"], abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("tag", "args", "mesh", "gathered", "share"),
+    [
+        ("grad-op", ["SHARD_GRAD_OP", "--full-state", "--checkpoint-io", "--save-at", "3"], (2,), True, 0.5),
+        ("no-shard", ["no_shard"], (2, 1), True, 1.0),
+        ("hybrid", ["enum:HYBRID_SHARD", "--mesh", "2,1"], (2, 1), False, 1.0),
+    ],
+)
+def test_sharding_strategies_lay_parameters_out_as_named_with_one_devices_math(
+    tmp_path: Path,
+    one_device: dict[str, Any],
+    tag: str,
+    args: list[str],
+    mesh: tuple[int, ...],
+    gathered: bool,
+    share: float,
+) -> None:
+    ranks = job(tmp_path, tag, "--no-shuffle", "--sharding-strategy", *args)
+    assert ranks[0]["mesh"] == mesh  # hybrid: (replicate, shard); NO_SHARD replicates over (world, 1)
+    assert ranks[0]["gathered_after_forward"][0] is gathered  # SHARD_GRAD_OP keeps parameters until backward
+    assert ranks[0]["local_share"] == share  # the part of a sharded layer's weight each rank holds
+    assert max_diff(ranks[0], one_device) < 1e-6
+    if "--checkpoint-io" in args:  # the user's CheckpointIO wrote the full checkpoint, once (rank 0)
+        assert (tmp_path / f"{tag}-io.txt").read_text() == f"{tag}-step3.ckpt\n"
+        assert (tmp_path / f"{tag}-step3.ckpt").is_file()

@@ -79,8 +79,10 @@ class DeviceStatsMonitor(Callback):
         """Lightning's rule: a batch logs when the step it leads to is a logging step; its end shares its step."""
         if step is None:
             self._step = trainer.global_step
-            self._due = (self._step + 1) % trainer.log_every_n_steps == 0
-        if not (self._due or trainer.should_stop) or not trainer.is_global_zero or not trainer.loggers:
+            every = trainer.log_every_n_steps
+            self._due = every > 0 and (self._step + 1) % every == 0
+        due = self._due or (trainer.should_stop and trainer.log_every_n_steps > 0)  # 0: never (Lightning's)
+        if not due or not trainer.is_global_zero or not trainer.loggers:
             return
         stats = self.device_stats(trainer.strategy.root_device)
         for lg in trainer.loggers:

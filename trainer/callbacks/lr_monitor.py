@@ -86,7 +86,8 @@ class LearningRateMonitor(Callback):
         if self.logging_interval == "epoch":
             return
         step = trainer.fit_loop.logger_step()  # the step this batch's metrics are logged at
-        if (step + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop:
+        every = trainer.log_every_n_steps  # 0: never (Lightning's barebones value)
+        if every and ((step + 1) % every == 0 or trainer.should_stop):
             self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:

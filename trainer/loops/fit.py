@@ -327,7 +327,7 @@ class FitLoop:
             write = False
             if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
                 self.after_batch_due = True
-                write = counted % log_every == 0
+                write = log_every > 0 and counted % log_every == 0  # 0: never (Lightning's barebones)
                 if write or results.step_values:
                     publish_step(write)
             if batch_end:

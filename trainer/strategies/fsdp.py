@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -26,8 +26,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import (
+    CPUOffload,
     CPUOffloadPolicy,
     FSDPModule,
     MixedPrecisionPolicy,
@@ -41,7 +42,10 @@ from trainer.checkpoint import sharded
 from trainer.checkpoint.io import extract_state_dict, strip_prefixes
 from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
 from trainer.exceptions import MisconfigurationException
+from trainer.plugins.environments import ClusterEnvironment
+from trainer.plugins.io import CheckpointIO, TorchCheckpointIO
 from trainer.precision import Precision
+from trainer.strategies import fsdp_policies as policies
 from trainer.strategies.parallel import ParallelStrategy
 
 _STEPS = ("training_step", "validation_step", "test_step", "predict_step")
@@ -59,11 +63,15 @@ class FSDPStrategy(ParallelStrategy):
     def __init__(
         self,
         *,
-        min_params_to_shard: int = 100_000,
-        reshard_after_forward: bool = True,
-        cpu_offload: bool | CPUOffloadPolicy = False,
-        activation_checkpointing: Iterable[type[nn.Module]] = (),
+        min_params_to_shard: int | None = None,
+        reshard_after_forward: bool | None = None,
+        cpu_offload: bool | CPUOffloadPolicy | CPUOffload | None = False,
+        activation_checkpointing: Any = None,
         sharding: Literal["full", "hybrid"] = "full",
+        auto_wrap_policy: Any = None,
+        activation_checkpointing_policy: Any = None,
+        sharding_strategy: Any = None,
+        device_mesh: tuple[int, int] | DeviceMesh | None = None,
         mixed_precision: MixedPrecisionPolicy | None = None,
         state_dict_type: Literal["sharded", "full"] = "sharded",
         async_save: bool = False,
@@ -71,28 +79,42 @@ class FSDPStrategy(ParallelStrategy):
         timeout: timedelta | None = None,
         rendezvous_timeout: timedelta = timedelta(minutes=3),
         start_method: str = "popen",
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        parallel_devices: list[torch.device] | None = None,
     ) -> None:
-        """``min_params_to_shard``: a submodule with at least this many parameters (not already in a sharded
-        descendant) is sharded on its own, so only it is gathered during its forward; the root takes the rest.
-        ``sharding="hybrid"`` shards within a node and replicates across nodes. ``mixed_precision`` defaults
-        to the Trainer's precision: "bf16-mixed"/"16-mixed" compute in that dtype, reduce gradients in fp32."""
+        """``min_params_to_shard`` (default 100,000): a submodule with at least this many parameters (not already
+        in a sharded descendant) is sharded on its own, so only it is gathered during its forward; the root takes
+        the rest. Lightning's ``auto_wrap_policy`` picks those submodules instead, ``activation_checkpointing_policy``
+        the blocks recomputed in backward, ``sharding_strategy``/``device_mesh`` the layout
+        (``trainer/strategies/fsdp_policies.py``). ``sharding="hybrid"`` is ``sharding_strategy="HYBRID_SHARD"``:
+        shard within a node, replicate across nodes. ``mixed_precision`` defaults to the Trainer's precision:
+        "bf16-mixed"/"16-mixed" compute in that dtype, reduce gradients in fp32."""
         super().__init__(
             process_group_backend=process_group_backend,
             timeout=timeout,
             rendezvous_timeout=rendezvous_timeout,
             start_method=start_method,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            parallel_devices=parallel_devices,
         )
-        if sharding not in ("full", "hybrid"):
-            raise MisconfigurationException(f"FSDPStrategy(sharding={sharding!r}): choose 'full' or 'hybrid'.")
         if state_dict_type not in ("sharded", "full"):
             raise MisconfigurationException(
                 f"FSDPStrategy(state_dict_type={state_dict_type!r}): choose 'sharded' or 'full'."
             )
-        self.min_params_to_shard = min_params_to_shard
-        self.reshard_after_forward = reshard_after_forward
+        self.layout = policies.layout(sharding_strategy, sharding, reshard_after_forward, device_mesh)
+        self.auto_wrap_policy = policies.checked_policy("auto_wrap_policy", auto_wrap_policy)
+        if self.auto_wrap_policy is not None and min_params_to_shard is not None:
+            raise MisconfigurationException(
+                f"FSDPStrategy(min_params_to_shard={min_params_to_shard}, auto_wrap_policy=...): both pick the "
+                "submodules sharded on their own; set one of them."
+            )
+        self.min_params_to_shard = 100_000 if min_params_to_shard is None else min_params_to_shard
         self.offload_policy = _offload_policy(cpu_offload)
-        self.activation_checkpointing = tuple(activation_checkpointing)
-        self.sharding = sharding
+        self.checkpointing_policy = policies.activation_checkpointing(
+            activation_checkpointing, activation_checkpointing_policy
+        )
         self.mixed_precision = mixed_precision
         self.state_dict_type = state_dict_type
         self.async_save = async_save
@@ -110,32 +132,59 @@ class FSDPStrategy(ParallelStrategy):
 
         A module sharded by an earlier stage (``validate`` after ``fit``) is used as it is.
         """
+        self._check_checkpoint_io()
         if not isinstance(module, FSDPModule):
             module = module.to(self.root_device)
             self._broadcast(_plain_tensors(module))  # every rank starts from rank 0's weights
-            _checkpoint_activations(module, self.activation_checkpointing)
+            policies.checkpoint_activations(module, self.checkpointing_policy)
             self._shard(module)
         _register_steps(module)
         self.module = self.model = module
         return module
 
+    def _check_checkpoint_io(self) -> None:
+        """A ``CheckpointIO`` writes one file: rank 0's gathered checkpoint (``state_dict_type="full"``). A sharded
+        checkpoint is a DCP directory every rank writes, which it would never see: refused, not ignored."""
+        io = self._checkpoint_io
+        if self.state_dict_type == "sharded" and self._checkpoint_io_given and type(io) is not TorchCheckpointIO:
+            raise MisconfigurationException(
+                f"FSDPStrategy(state_dict_type='sharded') with checkpoint_io={io!r}: a sharded checkpoint is a "
+                "directory every rank writes through torch.distributed.checkpoint, not through a CheckpointIO. Use "
+                "FSDPStrategy(state_dict_type='full') to write one file with it (async writes of sharded "
+                "checkpoints: async_save=True)."
+            )
+
     def _shard(self, module: nn.Module) -> None:
         mesh = self.device_mesh()
         if not any(isinstance(m, FSDPModule) for m in module.modules()):
-            for sub in _shard_plan(module, self.min_params_to_shard):
+            for sub in self._shard_plan(module):
                 fully_shard(sub, mesh=mesh, **self._shard_kwargs())
+        elif self.auto_wrap_policy is not None:  # Lightning's rule: configure_model's own sharding is kept
+            policies.warn_on_rank_zero(
+                "A FSDP `auto_wrap_policy` is set, but the model is already wrapped. The policy will be ignored."
+            )
         fully_shard(module, mesh=mesh, **self._shard_kwargs())
 
+    def _shard_plan(self, module: nn.Module) -> list[nn.Module]:
+        if self.auto_wrap_policy is not None:
+            return policies.policy_plan(module, self.auto_wrap_policy)
+        return policies.size_plan(module, self.min_params_to_shard)
+
     def device_mesh(self) -> DeviceMesh:
-        """1-D over all ranks, or (nodes, ranks per node) for hybrid sharding."""
+        """1-D over all ranks; (replicate, shard) for hybrid sharding (default: nodes x ranks per node); (world
+        size, 1) for NO_SHARD."""
         if self.mesh is None:
-            device = self.root_device.type
-            if self.sharding == "hybrid":
-                shape = (self.num_nodes, self.world_size // self.num_nodes)
-                self.mesh = init_device_mesh(device, shape, mesh_dim_names=("replicate", "shard"))
-            else:
-                self.mesh = init_device_mesh(device, (self.world_size,), mesh_dim_names=("shard",))
+            self.mesh = self.layout.build_mesh(self.root_device.type, self.world_size, self.num_nodes)
         return self.mesh
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        return self.layout.reshard_after_forward
+
+    @property
+    def sharding(self) -> str:
+        """Our name for the layout: 'full', 'hybrid', or 'replicate' (NO_SHARD)."""
+        return {"shard": "full"}.get(self.layout.mesh_kind, self.layout.mesh_kind)
 
     def _shard_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward}
@@ -214,9 +263,12 @@ class FSDPStrategy(ParallelStrategy):
         """Sharded parameters stay where they are, as under Lightning's FSDP strategy (its teardown moves nothing)."""
 
 
-def _offload_policy(cpu_offload: bool | CPUOffloadPolicy) -> OffloadPolicy | None:
+def _offload_policy(cpu_offload: Any) -> OffloadPolicy | None:
+    """Ours (a bool or FSDP2's policy) or Lightning's FSDP1 ``CPUOffload(offload_params=...)``."""
     if isinstance(cpu_offload, OffloadPolicy):
         return cpu_offload
+    if isinstance(cpu_offload, CPUOffload):
+        cpu_offload = cpu_offload.offload_params
     # pinned memory needs an accelerator; without one, plain CPU memory
     return CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else None
 
@@ -235,28 +287,3 @@ def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
     """Parameters and buffers that are not DTensors yet (``configure_model`` may have sharded some)."""
     tensors = [*module.parameters(), *module.buffers()]
     return [t for t in tensors if not isinstance(t, DTensor)]
-
-
-def _shard_plan(root: nn.Module, threshold: int) -> list[nn.Module]:
-    """Submodules to shard, innermost first: each with ``threshold`` parameters not taken by one inside it."""
-    taken: set[int] = set()
-    plan = []
-    for sub in reversed(list(root.modules())):
-        if sub is root:
-            continue
-        own = [p for p in sub.parameters() if id(p) not in taken]
-        if own and sum(p.numel() for p in own) >= threshold:
-            plan.append(sub)
-            taken.update(id(p) for p in own)
-    return plan
-
-
-def _checkpoint_activations(module: nn.Module, block_classes: tuple[type[nn.Module], ...]) -> None:
-    """Recompute these blocks' activations in backward; in place, so parameter names do not change."""
-    if not block_classes:
-        return
-    from torch.distributed._composable import checkpoint
-
-    for sub in list(module.modules()):
-        if isinstance(sub, block_classes) and sub is not module:
-            checkpoint(sub)
