@@ -68,6 +68,7 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
     if fn == "fit":  # before any hook or folder: a module fit cannot train leaves nothing behind (Lightning's)
         check_fit(trainer, module)
     _add_module_callbacks(trainer, module)
+    _lend_logging(trainer, module)
     check_uncalled_hooks(module, list(trainer.callbacks))
     _prepare_data(trainer, module, datamodule)
     share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
@@ -77,6 +78,15 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
         rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
         trainer.profiler.lightning_module = module
         trainer.profiler.setup(fn, rank, trainer.log_dir)
+
+
+def _lend_logging(trainer: TrainerView, module: Module) -> None:
+    """Lightning's callbacks may call ``self.log``/``self.log_dict``: the module's, lent for the stage (a callback
+    class with its own ``log`` keeps it)."""
+    for cb in trainer.callbacks:
+        for name in ("log", "log_dict"):
+            if not hasattr(type(cb), name):
+                setattr(cb, name, getattr(module, name))
 
 
 def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: BaseException) -> BaseException | None:
