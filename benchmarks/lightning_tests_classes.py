@@ -39,13 +39,16 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "leaves a checkpoint to resume; the test lists a run's files without it",
         "What differs: Defaults",
     ),
-    r"trainer\.test_trainer::test_train_loop_system$": (
+    r"trainer\.test_trainer::test_train_loop_system$|loops\.optimization\.test_closure::test_optimizer_step_no_closure_"
+    r"raises$": (
         "automatic optimization runs training_step, zero_grad and backward, then optimizer.step() without a closure "
-        "(a hand-written loop's order, which the captured CUDA-graph step replays); LBFGS and an overridden "
+        "(a hand-written loop's order, which the captured CUDA-graph step replays), so an optimizer whose step "
+        "ignores its closure still trains; LBFGS, an optimizer whose step requires a closure and an overridden "
         "optimizer_step get the closure",
         "What differs: The optimizer steps after the backward, not around it",
     ),
-    r"models\.test_restore::test_restarting_mid_epoch_raises_warning\[\w+-True\]": (
+    r"models\.test_restore::test_restarting_mid_epoch_raises_warning\[\w+-True\]"
+    r"|loops\.test_training_epoch_loop::test_resume_mid_epoch_warning$": (
         "a checkpoint saved inside an epoch resumes exactly (position, random state, workers), so there is no "
         "warning that resuming from it is unreliable",
         "What differs: Exact resume, and signals",

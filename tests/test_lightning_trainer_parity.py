@@ -154,3 +154,59 @@ def test_load_from_checkpoint_with_empty_weights_and_strict_false_warns(tmp_path
     torch.save({**saved, "state_dict": {}}, path)
     with pytest.warns(UserWarning, match="contains no parameters"):
         BoringModel.load_from_checkpoint(path, strict=False)
+
+
+def test_an_optimizer_whose_step_needs_a_closure_gets_one_with_grad_enabled(tmp_path: Path) -> None:
+    class NoGradAdamW(torch.optim.AdamW):  # as Hugging Face's: step under no_grad, closure required
+        @torch.no_grad()
+        def step(self, closure: Any) -> Any:  # type: ignore[override]
+            closure()
+            return super().step()
+
+    class Model(BoringModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            assert torch.is_grad_enabled()
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self) -> Any:
+            return NoGradAdamW(self.parameters(), lr=0.1)
+
+    model = Model()
+    before = model.layer.weight.detach().clone()
+    small(tmp_path).fit(model)
+    assert not torch.equal(before, model.layer.weight)
+
+
+def test_optimizer_step_that_skips_the_closure_is_refused(tmp_path: Path) -> None:
+    class Skips(BoringModel):
+        def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            pass  # neither steps nor runs the closure
+
+    with pytest.raises(trainer.exceptions.MisconfigurationException, match="The closure hasn't been executed"):
+        small(tmp_path).fit(Skips())
+
+
+def test_setup_and_teardown_get_lightnings_stage_enum(tmp_path: Path) -> None:
+    stages: list[Any] = []
+
+    class Records(BoringModel):
+        def setup(self, stage: str) -> None:
+            stages.append(stage)
+
+        def teardown(self, stage: str) -> None:
+            stages.append(stage)
+
+    small(tmp_path).fit(Records())
+    assert stages == ["fit", "fit"]  # compares as the string
+    assert [s.value for s in stages] == ["fit", "fit"]  # and is Lightning's TrainerFn
+    assert all(isinstance(s, trainer.states.TrainerFn) for s in stages)
+
+
+def test_two_stateful_callbacks_with_one_state_key_are_refused() -> None:
+    class Stateful(trainer.Callback):
+        def state_dict(self) -> dict[str, Any]:
+            return {"n": 1}
+
+    with pytest.raises(RuntimeError, match="Found more than one stateful callback of type `Stateful`"):
+        trainer.Trainer(accelerator="cpu", callbacks=[Stateful(), Stateful()])
+    trainer.Trainer(accelerator="cpu", callbacks=[trainer.Callback(), trainer.Callback()])  # stateless: fine

@@ -118,7 +118,7 @@ def load_module(
     state_dict = checkpoint.get("state_dict") or {}
     try:
         if "state_dict" in checkpoint and not state_dict and not strict:  # nothing to load, and that is allowed
-            missing, unexpected = list(module.state_dict()), []
+            missing, unexpected = list(module.state_dict()), list[str]()
         else:
             missing, unexpected = load_weights(module, checkpoint, strict=strict)
     except CheckpointError as err:

@@ -22,6 +22,7 @@ from trainer.loggers.folder import share_run_folders
 from trainer.loops.checks import check_fit, check_module, check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.optional_batch_idx import batch_idx_optional
+from trainer.states import TrainerFn
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -72,8 +73,9 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
     check_uncalled_hooks(module, list(trainer.callbacks))
     _prepare_data(trainer, module, datamodule)
     share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
-    hooks.call_datamodule(trainer, datamodule, "setup", stage=fn)
-    hooks.call(trainer, "setup", stage=fn)
+    stage = TrainerFn(fn)  # Lightning's: a str enum, so `stage == "fit"` and `stage.value` both work
+    hooks.call_datamodule(trainer, datamodule, "setup", stage=stage)
+    hooks.call(trainer, "setup", stage=stage)
     if trainer.profiler is not None:
         rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
         trainer.profiler.lightning_module = module
@@ -109,8 +111,8 @@ def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> N
     trainer.metric_log.close()
     _report_profile(trainer, fn)
     trainer.release(interrupted=status != "success")
-    hooks.call(trainer, "teardown", stage=fn)
-    hooks.call_datamodule(trainer, datamodule, "teardown", stage=fn)
+    hooks.call(trainer, "teardown", stage=TrainerFn(fn))
+    hooks.call_datamodule(trainer, datamodule, "teardown", stage=TrainerFn(fn))
     if trainer.is_global_zero:
         for lg in trainer.loggers:
             lg.finalize(status)
