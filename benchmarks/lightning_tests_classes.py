@@ -130,6 +130,11 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "per-step path does no hook bookkeeping",
         "What differs: `self.log` in the hooks around a step",
     ),
+    r"trainer\.test_trainer::test_spawn_predict_return_predictions$": (
+        "under strategy='ddp_spawn' predict returns rank zero's predictions to the caller, as under 'ddp' (the "
+        "spawned ranks send rank zero's result back); Lightning refuses return_predictions=True there",
+        "What differs: `ddp_spawn` returns what the stage returns",
+    ),
     r"test_fetchers::test_fetching_is_profiled$": (
         "profiler='simple' also writes its report to <log_dir>/<stage>-profiler.txt (the working directory when "
         "the test sets no logger and no default_root_dir), which the test's artifact check refuses",

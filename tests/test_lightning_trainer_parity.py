@@ -210,3 +210,11 @@ def test_two_stateful_callbacks_with_one_state_key_are_refused() -> None:
     with pytest.raises(RuntimeError, match="Found more than one stateful callback of type `Stateful`"):
         trainer.Trainer(accelerator="cpu", callbacks=[Stateful(), Stateful()])
     trainer.Trainer(accelerator="cpu", callbacks=[trainer.Callback(), trainer.Callback()])  # stateless: fine
+
+
+def test_tensorboard_logs_the_graph_of_a_module_not_fitted_yet(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    logger = trainer.loggers.TensorBoardLogger(tmp_path, log_graph=True)
+    logger.log_graph(BoringModel(), torch.rand(2, 32))
+    logger.finalize("success")
+    assert list(Path(logger.log_dir).glob("events.out.tfevents.*"))
