@@ -130,6 +130,12 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "per-step path does no hook bookkeeping",
         "What differs: `self.log` in the hooks around a step",
     ),
+    r"trainer\.connectors\.test_accelerator_connector::(test_accelerator_cpu_with_devices\[5-|test_set_devices_if_"
+    r"none_cpu$)": (
+        "devices=N on CPU starts N processes and is refused beyond the machine's cores, with an error naming the "
+        "limit (a devices=64 meant for GPUs would start 64 CPU processes); Lightning starts them",
+        "What differs: CPU processes are at most one per core",
+    ),
     r"trainer\.test_trainer::test_spawn_predict_return_predictions$": (
         "under strategy='ddp_spawn' predict returns rank zero's predictions to the caller, as under 'ddp' (the "
         "spawned ranks send rank zero's result back); Lightning refuses return_predictions=True there",

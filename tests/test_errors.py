@@ -88,6 +88,7 @@ _BEYOND_CORES = (os.cpu_count() or 1) + 4  # an index out of range whatever the 
         ([-1], r"devices=\[-1\] is out of range"),
         ([0, 0], r"devices=\[0, 0\] lists an index more than once"),
         ("abc", r"devices='abc' is not a count, a comma-separated list of indices, -1 or 'auto'"),
+        ((os.cpu_count() or 1) + 1, r"CPU processes but this machine has \d+ cores"),
     ],
 )
 def test_devices_out_of_range_for_cpu(tmp_path: Path, devices: Any, pattern: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,14 +99,6 @@ def test_resuming_without_a_callback_that_saved_state_warns_naming_it(tmp_path: 
     first.save_checkpoint(path)
     with pytest.warns(UserWarning, match=r"Please add the following callbacks: \['Counter'\]"):
         small(tmp_path, max_epochs=2).fit(BoringModel(), ckpt_path=path)
-
-
-def test_more_cpu_processes_than_cores_run_with_a_warning() -> None:
-    many = (os.cpu_count() or 1) + 1
-    with pytest.warns(UserWarning, match=rf"devices={many} starts {many} CPU processes on a machine with"):
-        made = trainer.Trainer(accelerator="cpu", devices=many)
-    assert made.num_devices == many
-    assert isinstance(made.strategy, trainer.strategies.DDPStrategy)
 
 
 def test_progress_bar_counts_no_validation_in_an_epoch_that_does_not_validate(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ and refused when built: steadytrain does not run on TPUs.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import torch
@@ -188,16 +187,12 @@ def resolve_devices(devices: int | str | list[int], accelerator: str) -> list[in
     limit = available
     if len(set(indices)) != len(indices):
         raise MisconfigurationException(f"devices={devices!r} lists an index more than once.")
-    if accelerator == "cpu" and isinstance(devices, int) and devices > limit:
-        # Lightning runs them (DDP on a laptop, to test a multi-process script); they share the cores
-        warnings.warn(
-            f"devices={devices!r} starts {devices} CPU processes on a machine with {limit} cores: they share the "
-            f"cores, so each runs slower; use devices<={limit} for speed.",
-            UserWarning,
-            stacklevel=2,
-        )
-        return indices
     bad = [i for i in indices if i < 0 or i >= limit]
+    if accelerator == "cpu" and len(indices) > limit:
+        raise MisconfigurationException(
+            f"devices={devices!r} asks for {len(indices)} CPU processes but this machine has {limit} cores; "
+            f"use devices<={limit}."
+        )
     if bad or not indices:
         raise MisconfigurationException(
             f"devices={devices!r} is out of range: {accelerator} has {limit} device(s) (indices 0..{limit - 1})."
