@@ -39,13 +39,16 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "leaves a checkpoint to resume; the test lists a run's files without it",
         "What differs: Defaults",
     ),
-    r"trainer\.test_trainer::test_train_loop_system$": (
+    r"trainer\.test_trainer::test_train_loop_system$|loops\.optimization\.test_closure::test_optimizer_step_no_closure_"
+    r"raises$": (
         "automatic optimization runs training_step, zero_grad and backward, then optimizer.step() without a closure "
-        "(a hand-written loop's order, which the captured CUDA-graph step replays); LBFGS and an overridden "
+        "(a hand-written loop's order, which the captured CUDA-graph step replays), so an optimizer whose step "
+        "ignores its closure still trains; LBFGS, an optimizer whose step requires a closure and an overridden "
         "optimizer_step get the closure",
         "What differs: The optimizer steps after the backward, not around it",
     ),
-    r"models\.test_restore::test_restarting_mid_epoch_raises_warning\[\w+-True\]": (
+    r"models\.test_restore::test_restarting_mid_epoch_raises_warning\[\w+-True\]"
+    r"|loops\.test_training_epoch_loop::test_resume_mid_epoch_warning$": (
         "a checkpoint saved inside an epoch resumes exactly (position, random state, workers), so there is no "
         "warning that resuming from it is unreliable",
         "What differs: Exact resume, and signals",
@@ -106,6 +109,37 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "a training CombinedLoader(mode='sequential') is refused once fit has its loaders, before on_fit_start, so "
         "trainer.num_training_batches is not counted yet (Lightning counts first and raises at the first epoch)",
         "What differs: mistakes in the training loaders fail before training starts",
+    ),
+    r"models\.test_hparams::test_collect_init_arguments\[AggSubClassBoringModel\]$": (
+        "a hyper-parameter that is not plain data (here a loss module) is left out of the checkpoint, with a warning "
+        "naming it, so the checkpoint loads with weights_only=True; load_from_checkpoint takes it again as a keyword",
+        "What differs: Hyper-parameters are recorded without `save_hyperparameters()`",
+    ),
+    r"trainer\.test_trainer::test_checkpoint_path_input_last\[validate-False-last\]$": (
+        "ckpt_path='last' means the newest complete checkpoint, so with save_last=False it loads the newest "
+        "epoch=...ckpt rather than nothing",
+        "What differs: Defaults",
+    ),
+    r"trainer\.connectors\.test_accelerator_connector::test_check_fsdp_strategy_and_fallback$": (
+        "strategy='fsdp' also runs on CPU (gloo), so a sharded script can be tried on a laptop; Lightning refuses it",
+        'What differs: `strategy="fsdp"` runs on CPU too',
+    ),
+    r"trainer\.logging_\.test_logger_connector::test_fx_validator_integration$": (
+        "hooks a running stage calls directly (the batch-transfer hooks, lr_scheduler_step, on_save_checkpoint, "
+        "on_validation_model_eval) are not told apart from the step: what they log counts as the step's, so the "
+        "per-step path does no hook bookkeeping",
+        "What differs: `self.log` in the hooks around a step",
+    ),
+    r"trainer\.connectors\.test_accelerator_connector::(test_accelerator_cpu_with_devices\[5-|test_set_devices_if_"
+    r"none_cpu$)": (
+        "devices=N on CPU starts N processes and is refused beyond the machine's cores, with an error naming the "
+        "limit (a devices=64 meant for GPUs would start 64 CPU processes); Lightning starts them",
+        "What differs: CPU processes are at most one per core",
+    ),
+    r"trainer\.test_trainer::test_spawn_predict_return_predictions$": (
+        "under strategy='ddp_spawn' predict returns rank zero's predictions to the caller, as under 'ddp' (the "
+        "spawned ranks send rank zero's result back); Lightning refuses return_predictions=True there",
+        "What differs: `ddp_spawn` returns what the stage returns",
     ),
     r"test_fetchers::test_fetching_is_profiled$": (
         "profiler='simple' also writes its report to <log_dir>/<stage>-profiler.txt (the working directory when "

@@ -47,6 +47,7 @@ MODULES = {
     "lightning.pytorch.utilities.data": "trainer.utilities.data",
     "lightning.pytorch.utilities.exceptions": "trainer.utilities.exceptions",
     # lightning.fabric's modules holding names a Lightning script uses with the Trainer; fabric's others stay its own
+    "lightning.fabric.plugins.environments": "trainer.plugins.environments",
     "lightning.fabric.utilities.exceptions": "trainer.utilities.exceptions",
     "lightning.fabric.utilities.rank_zero": "trainer.utilities.rank_zero",
     "lightning.fabric.utilities.seed": "trainer.utilities.seed",

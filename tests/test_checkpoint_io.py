@@ -415,8 +415,8 @@ def test_strict_load_names_missing_and_unexpected_keys_and_loads_nothing() -> No
     with pytest.raises(CheckpointError) as info:
         load_weights(dst, src)
     msg = str(info.value)
-    assert "Missing from checkpoint (1): fc2.weight" in msg
-    assert "Unexpected in checkpoint (1): extra.weight" in msg
+    assert 'Missing key(s) in state_dict: "fc2.weight" (1, not in the checkpoint)' in msg
+    assert 'Unexpected key(s) in state_dict: "extra.weight" (1, not in the model)' in msg
     assert all(torch.equal(before[k], v) for k, v in dst.state_dict().items())
 
 
@@ -432,7 +432,9 @@ def test_non_strict_load_returns_lists_and_loads_matching() -> None:
 
 def test_many_missing_keys_are_truncated_with_counts() -> None:
     sd = {f"layer{i}.weight": torch.zeros(1) for i in range(25)}
-    with pytest.raises(CheckpointError, match=r"Unexpected in checkpoint \(25\): .*\(\+15 more\)"):
+    with pytest.raises(
+        CheckpointError, match=r"Unexpected key\(s\) in state_dict: .*\(\+15 more\) \(25, not in the model\)"
+    ):
         load_weights(Net(), sd)
 
 

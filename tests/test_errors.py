@@ -383,13 +383,13 @@ def test_checkpoint_of_a_model_with_other_keys(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as exc:
         quiet(tmp_path).fit(Renamed(), loader(regression_data(16), batch_size=4), ckpt_path=path)
     message = str(exc.value)
-    assert "Missing from checkpoint (4): body.0.weight, body.0.bias, body.3.weight, body.3.bias" in message
-    assert "Unexpected in checkpoint (4): net.0.weight, net.0.bias, net.3.weight, net.3.bias" in message
+    assert 'Missing key(s) in state_dict: "body.0.weight", "body.0.bias", "body.3.weight", "body.3.bias"' in message
+    assert 'Unexpected key(s) in state_dict: "net.0.weight", "net.0.bias", "net.3.weight", "net.3.bias"' in message
 
 
 def test_validate_with_checkpoint_of_other_model(tmp_path: Path) -> None:
     path = _saved(tmp_path, Regressor())
-    with pytest.raises(CheckpointError, match=r"Missing from checkpoint"):
+    with pytest.raises(CheckpointError, match=r"Missing key\(s\) in state_dict"):
         quiet(tmp_path).validate(Renamed(), loader(regression_data(16)), ckpt_path=path)
 
 

@@ -81,7 +81,7 @@ def test_load_from_checkpoint_follows_strict_loading_and_runs_the_loading_hooks_
     assert torch.equal(loaded.net[0].weight, torch.load(path, weights_only=True)["state_dict"]["net.0.weight"])  # type: ignore[index]
     with pytest.raises(ValueError, match=r"strict=True\)` which is in conflict with `WithHead.strict_loading=False"):
         WithHead.load_from_checkpoint(path, strict=True)
-    with pytest.raises(trainer.checkpoint.CheckpointError, match="Missing from checkpoint"):
+    with pytest.raises(trainer.checkpoint.CheckpointError, match=r"Missing key\(s\) in state_dict"):
         WithHead.load_from_checkpoint(path, lenient=False)  # strict_loading unset: strict, as in Lightning
 
 

@@ -252,7 +252,7 @@ def test_true_half_precision_leaves_integer_inputs_alone(tmp_path: Path) -> None
 
 
 def test_an_unknown_precision_names_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"precision='bf16-fancy'.*bf16-true"):
+    with pytest.raises(ValueError, match=r"Precision 'bf16-fancy' is invalid.*bf16-true"):
         quiet(tmp_path, precision="bf16-fancy")
 
 

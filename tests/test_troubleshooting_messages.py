@@ -83,7 +83,7 @@ def _raised(make: Callable[[], object]) -> str:
 # Messages that name the valid choices: raised, and compared in full.
 RAISED: dict[str, Callable[[], str]] = {
     "strategy='deepspeed' is not a known strategy": lambda: _raised(lambda: Trainer(strategy="deepspeed")),
-    "precision='fp16' is not supported": lambda: _raised(lambda: Trainer(accelerator="cpu", precision="fp16")),
+    "Precision 'fp16' is invalid": lambda: _raised(lambda: Trainer(accelerator="cpu", precision="fp16")),
 }
 
 

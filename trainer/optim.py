@@ -4,6 +4,7 @@ messages: a port's mistakes fail (or warn) as they did under Lightning."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -328,3 +329,13 @@ def parse_optimizers(
     for config in configs:
         _check_config(config, optimizers, automatic, custom_scheduler_step)
     return optimizers, configs
+
+
+def requires_closure(optimizer: Any) -> bool:
+    """Whether the optimizer's ``step`` must be given a closure (``step(self, closure)``, as Hugging Face's AdamW):
+    the loop then steps it through Lightning's closure."""
+    try:
+        parameter = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty

@@ -385,7 +385,7 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[int | float]:
-        return self.fit_loop.val_loop.num_batches
+        return (self.validate_loop if self.state.fn == "validate" else self.fit_loop.val_loop).num_batches
 
     @property
     def last_loss(self) -> torch.Tensor | None:

@@ -53,7 +53,27 @@ def with_defaults(
         if any(isinstance(cb, Timer) for cb in given):
             raise MisconfigurationException("max_time= and a Timer in callbacks= both set a time limit: keep one.")
         given.append(Timer(duration=max_time, interval="step"))
+    _check_state_keys(given)
     return checkpointing_last(given)
+
+
+def _check_state_keys(callbacks: list[Callback]) -> None:
+    """Two stateful callbacks under one ``state_key`` would lose one's state in every checkpoint: refused, as
+    Lightning does."""
+    seen: set[str] = set()
+    for cb in callbacks:
+        if type(cb).state_dict is Callback.state_dict:
+            continue
+        if cb.state_key in seen:
+            name = type(cb).__name__
+            raise RuntimeError(
+                f"Found more than one stateful callback of type `{name}`. In the current configuration, this callback "
+                f"does not support being saved alongside other instances of the same type: their state would share "
+                f"the key {cb.state_key!r} in a checkpoint. Please consult the documentation of `{name}` regarding "
+                "valid settings for the callback state to be checkpointable. HINT: The `callback.state_key` must be "
+                "unique among all callbacks in the Trainer."
+            )
+        seen.add(cb.state_key)
 
 
 def _summary_for(given: list[Callback]) -> Callback:

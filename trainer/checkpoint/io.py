@@ -364,9 +364,8 @@ def load_weights(
     unexpected = [k for k in weights if k not in own]
     if strict and (missing or unexpected):
         raise CheckpointError(
-            f"Weights{where} do not match the model (pass strict=False to load the matching keys). "
-            f"Missing from checkpoint ({len(missing)}): {_first_few(missing)}. "
-            f"Unexpected in checkpoint ({len(unexpected)}): {_first_few(unexpected)}."
+            f"Weights{where} do not match the model (pass strict=False to load the matching keys)."
+            + _keys(missing, unexpected)
         )
     result = target.load_state_dict(weights, strict=strict)  # strict here only when nothing is missing or extra
     if isinstance(result, tuple):  # torch's (missing, unexpected); an override may return nothing
@@ -384,6 +383,13 @@ def _check_shapes(weights: Mapping[str, Any], own: Mapping[str, Any], where: str
         raise CheckpointError(f"Shape mismatch in {len(bad)} key(s){where}: " + "; ".join(bad))
 
 
-def _first_few(keys: Sequence[Any]) -> str:
-    shown = ", ".join(map(str, keys[:_SHOW]))
+def _keys(missing: list[str], unexpected: list[str]) -> str:
+    """The keys that differ, in torch's words (which ported code may match), with how many."""
+    said = f" Missing key(s) in state_dict: {_first_few(missing, True)} ({len(missing)}, not in the checkpoint)."
+    extra = f" Unexpected key(s) in state_dict: {_first_few(unexpected, True)} ({len(unexpected)}, not in the model)."
+    return (said if missing else "") + (extra if unexpected else "")
+
+
+def _first_few(keys: Sequence[Any], quote: bool = False) -> str:
+    shown = ", ".join(f'"{k}"' if quote else str(k) for k in keys[:_SHOW])
     return (shown + f", ... (+{len(keys) - _SHOW} more)") if len(keys) > _SHOW else (shown or "none")

@@ -10,6 +10,7 @@ recorded among the intact ones. Global rank zero chooses and says why; every ran
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,10 @@ def _choose_and_say(trainer: TrainerView, folders: list[Path]) -> tuple[str | No
                 "Resume from another one by path, or move them away to start fresh."
             )
         where = ", ".join(str(f) for f in folders[:_SHOW]) if _folder_given(trainer) else trainer.default_root_dir
-        print(f"{_SAY} found no checkpoint under {where}; starting fresh.", flush=True)
+        # a warning, as Lightning's (a resumable script passes "last" on every start, so its first start says it)
+        warnings.warn(
+            f"{_SAY} found no checkpoint under {where}. No checkpoint will be loaded: starting fresh.", stacklevel=2
+        )
         return None, None
     _say_which(choice)
     return str(choice.picked.path), None

@@ -34,10 +34,17 @@ def read_for_loading(
     path: str | Path, map_location: Any, weights_only: bool | None, trusted_classes: tuple[type, ...]
 ) -> dict[str, Any]:
     """The checkpoint's dict: a file (read with ``weights_only=True`` unless told otherwise), or a sharded
-    (FSDP) directory read whole on this process."""
+    (FSDP) directory read whole on this process. An ``http(s)://`` URL is downloaded into torch hub's cache, as
+    Lightning does, and read the same way."""
+    location = default_map_location if map_location is None else map_location
+    if str(path).startswith(("http://", "https://")):
+        with torch.serialization.safe_globals(list(trusted_classes)):
+            loaded = torch.hub.load_state_dict_from_url(
+                str(path), map_location=location, weights_only=weights_only is not False
+            )
+        return dict(loaded)
     if Path(path).is_dir():
         return load_sharded(path)
-    location = default_map_location if map_location is None else map_location
     return load_checkpoint(path, map_location=location, trusted_classes=trusted_classes, weights_only=weights_only)
 
 
@@ -110,7 +117,10 @@ def load_module(
     module.on_load_checkpoint(checkpoint)
     state_dict = checkpoint.get("state_dict") or {}
     try:
-        missing, unexpected = load_weights(module, checkpoint, strict=strict)
+        if "state_dict" in checkpoint and not state_dict and not strict:  # nothing to load, and that is allowed
+            missing, unexpected = list(module.state_dict()), list[str]()
+        else:
+            missing, unexpected = load_weights(module, checkpoint, strict=strict)
     except CheckpointError as err:
         written_by = checkpoint.get("module_class")
         if written_by in (None, f"{cls.__module__}.{cls.__qualname__}"):

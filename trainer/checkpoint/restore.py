@@ -12,6 +12,7 @@ refuses, before anything loads, a file it cannot read fully: a run is never half
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,14 @@ class _Callbacks:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         trainer = self.trainer
+        left = sorted({key for key, state in saved.items() if state} - {cb.state_key for cb in trainer.callbacks})
+        if left and trainer.is_global_zero:  # their state would be lost without a word (Lightning's warning)
+            warnings.warn(
+                "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
+                f"during `Trainer` instantiation. Please add the following callbacks: {left}.",
+                UserWarning,
+                stacklevel=2,
+            )
         for cb in trainer.callbacks:
             cb.on_load_checkpoint(trainer, trainer.lightning_module, self.source.checkpoint)
             if cb.state_key in saved:

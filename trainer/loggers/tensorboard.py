@@ -198,7 +198,14 @@ class TensorBoardLogger(FolderLogger):
             example = model.transfer_batch_to_device(example, model.device, 0)
             example = model.on_after_batch_transfer(example, 0)
         self.flush()  # the graph after what was logged before it
-        self.experiment.add_graph(model, example)
+        owner = next((cls for cls in type(model).__mro__ if "_scripting" in vars(cls)), None)  # steadytrain's Module
+        if owner is not None:  # tracing reads every attribute: `trainer` of a module not fitted yet reads None
+            setattr(owner, "_scripting", True)  # noqa: B010
+        try:
+            self.experiment.add_graph(model, example)
+        finally:
+            if owner is not None:
+                setattr(owner, "_scripting", False)  # noqa: B010
 
     @override
     def log_image(self, key: str, images: list[Any], step: int | None = None, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -150,6 +151,7 @@ class EvaluationLoop:
         write = not trainer.sanity_checking
         if not math.isinf(total):  # never load a batch past the limit (Lightning's loaders stop there too)
             batches = itertools.islice(batches, int(total))
+        returned_none = False
         for batch_idx, batch in enumerate(batches):
             if to_device is not None:
                 batch = to_device(batch)
@@ -157,6 +159,7 @@ class EvaluationLoop:
             for hook in start:
                 hook(batch, batch_idx, *extra)
             output = step(batch, batch_idx)
+            returned_none = returned_none or output is None
             if keep:
                 outputs.append(output)
             for hook in end:
@@ -165,6 +168,10 @@ class EvaluationLoop:
                 trainer.metric_log.eval_step_end(self.seen[idx], write)
             self.seen[idx] += write  # not in the sanity check
         results.batch = None
+        if returned_none and stage == "predict":  # Lightning's warning: a forgotten `return` loses the predictions
+            warnings.warn(
+                "predict returned None if it was on purpose, ignore this warning...", UserWarning, stacklevel=2
+            )
 
 
 def _check_batch_hooks(module: Module, stage: EvalStage, count: int) -> None:

@@ -22,6 +22,7 @@ from trainer.loggers.folder import share_run_folders
 from trainer.loops.checks import check_fit, check_module, check_uncalled_hooks
 from trainer.loops.oom import explain_out_of_memory
 from trainer.loops.optional_batch_idx import batch_idx_optional
+from trainer.states import TrainerFn
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -68,15 +69,26 @@ def _set_up(trainer: TrainerView, module: Module, datamodule: Any, fn: str) -> N
     if fn == "fit":  # before any hook or folder: a module fit cannot train leaves nothing behind (Lightning's)
         check_fit(trainer, module)
     _add_module_callbacks(trainer, module)
+    _lend_logging(trainer, module)
     check_uncalled_hooks(module, list(trainer.callbacks))
     _prepare_data(trainer, module, datamodule)
     share_run_folders(trainer.loggers, strategy)  # every rank writes to the folder rank zero claimed
-    hooks.call_datamodule(trainer, datamodule, "setup", stage=fn)
-    hooks.call(trainer, "setup", stage=fn)
+    stage = TrainerFn(fn)  # Lightning's: a str enum, so `stage == "fit"` and `stage.value` both work
+    hooks.call_datamodule(trainer, datamodule, "setup", stage=stage)
+    hooks.call(trainer, "setup", stage=stage)
     if trainer.profiler is not None:
         rank = strategy.global_rank if strategy.world_size > 1 else None  # unique across machines too
         trainer.profiler.lightning_module = module
         trainer.profiler.setup(fn, rank, trainer.log_dir)
+
+
+def _lend_logging(trainer: TrainerView, module: Module) -> None:
+    """Lightning's callbacks may call ``self.log``/``self.log_dict``: the module's, lent for the stage (a callback
+    class with its own ``log`` keeps it)."""
+    for cb in trainer.callbacks:
+        for name in ("log", "log_dict"):
+            if not hasattr(type(cb), name):
+                setattr(cb, name, getattr(module, name))
 
 
 def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: BaseException) -> BaseException | None:
@@ -99,8 +111,8 @@ def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> N
     trainer.metric_log.close()
     _report_profile(trainer, fn)
     trainer.release(interrupted=status != "success")
-    hooks.call(trainer, "teardown", stage=fn)
-    hooks.call_datamodule(trainer, datamodule, "teardown", stage=fn)
+    hooks.call(trainer, "teardown", stage=TrainerFn(fn))
+    hooks.call_datamodule(trainer, datamodule, "teardown", stage=TrainerFn(fn))
     if trainer.is_global_zero:
         for lg in trainer.loggers:
             lg.finalize(status)

@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import trainer.loops.hooks as hooks
-from trainer.exceptions import MisconfigurationTypeError
+from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 from trainer.loops.nonfinite import NonfiniteLosses, check_loss
 from trainer.module import Module
+from trainer.optim import requires_closure
 from trainer.overrides import overrides
 from trainer.precision import Precision
 
@@ -133,7 +134,11 @@ class TrainingStep:
             or hooks.resolved(trainer, "on_after_backward")
             or overrides(module, "backward", Module)
         )
-        self.closure_step = overrides(module, "optimizer_step", Module) or isinstance(self.optimizer, torch.optim.LBFGS)
+        self.closure_step = (
+            overrides(module, "optimizer_step", Module)
+            or isinstance(self.optimizer, torch.optim.LBFGS)
+            or requires_closure(self.optimizer)
+        )
 
     def _resolve_step_hooks(self) -> None:
         """What happens around an optimizer step: hooks nobody overrides cost nothing per step."""
@@ -298,15 +303,16 @@ class TrainingStep:
             found: dict[str, Any] = {}
 
             def closure() -> torch.Tensor:
-                found["output"], found["loss"] = forward_backward(batch, batch_idx)
+                with torch.enable_grad():  # an optimizer's step may run under no_grad (Hugging Face's AdamW)
+                    found["output"], found["loss"] = forward_backward(batch, batch_idx)
                 return found["loss"]  # type: ignore[no-any-return]
 
             module.optimizer_step(self.progress.epoch, batch_idx, wrapped, closure)
             if "loss" not in found:
-                raise RuntimeError(
-                    f"{type(module).__name__}.optimizer_step() did not call the optimizer_closure it was given, "
-                    "so training_step never ran: call optimizer.step(closure=optimizer_closure), or "
-                    "optimizer_closure() when skipping the step."
+                raise MisconfigurationException(
+                    f"The closure hasn't been executed: {type(module).__name__}.optimizer_step() did not call the "
+                    "optimizer_closure it was given, so training_step never ran. Call "
+                    "optimizer.step(closure=optimizer_closure), or optimizer_closure() when skipping the step."
                 )
             return found["output"], found["loss"]
 

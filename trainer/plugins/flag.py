@@ -62,8 +62,8 @@ def _kind(plugin: Any, sync_batchnorm: bool) -> str:
     if isinstance(plugin, LayerSync):
         if sync_batchnorm and not isinstance(plugin, TorchSyncBatchNorm):
             raise MisconfigurationException(
-                f"You set `Trainer(sync_batchnorm=True)` and provided a `{type(plugin).__name__}` plugin, but this is "
-                "not allowed. Choose one or the other."
+                f"You set `Trainer(sync_batchnorm=True)` and provided a `{plugin.__class__.__name__}` plugin, but this "
+                "is not allowed. Choose one or the other."
             )
         return "LayerSync"
     if isinstance(plugin, str):

@@ -38,7 +38,7 @@ def build_precision(precision: str | int | Precision | None, device_type: str) -
 
             TransformerEnginePrecision()  # raises, naming what to use instead
         raise MisconfigurationException(
-            f"precision={precision!r} is not supported; choose one of {', '.join(PRECISIONS)} (or Lightning's "
+            f"Precision {precision!r} is invalid: precision= takes one of {', '.join(PRECISIONS)} (or Lightning's "
             "aliases 64, 32, 16, bf16)."
         )
     if name == "32-true":

@@ -98,7 +98,11 @@ class ProgressBar(Callback):
 
     @property
     def total_val_batches(self) -> int | float:
-        """Validation batches of one validation run, every loader together."""
+        """Validation batches of one validation run, every loader together; 0 in a fit epoch that does not validate
+        (``check_val_every_n_epoch``), as Lightning's bars count."""
+        trainer, every = self.trainer, self.trainer.check_val_every_n_epoch
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and every and (trainer.current_epoch + 1) % every:
+            return 0
         return sum(self._eval_batches("validation"))
 
     @property
