@@ -1,6 +1,6 @@
 """ModelParallelStrategy scenarios for tests/strategies/test_model_parallel.py (self-launched CPU ranks on gloo).
 
-    python model_parallel_job.py OUT TAG [--devices N] [--dp D] [--tp T] [--single] [--full-state]
+    python model_parallel_job.py OUT TAG [--devices N] [--num-nodes M] [--dp D] [--tp T] [--single] [--full-state]
                                  [--save-at STEP] [--resume CKPT] [--steps S]
 
 ``configure_model`` splits a SwiGLU feed-forward block across the tensor-parallel group (ColwiseParallel w1/w2,
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("tag")
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--dp", default="auto")
     parser.add_argument("--tp", default="auto")
     parser.add_argument("--single", action="store_true")
@@ -123,6 +124,7 @@ def main() -> None:
         accelerator="cpu",
         strategy=strategy,
         devices=1 if args.single else args.devices,
+        num_nodes=args.num_nodes,
         max_steps=args.steps,
         gradient_clip_val=0.1,  # small: it clips most steps, a norm over every shard
         logger=False,
