@@ -81,12 +81,6 @@ for _param in (
         f"unexpected keyword argument '{_param}'",
         f"from lightning.pytorch.strategies import FSDPStrategy\nFSDPStrategy({_param}=None)",
     )
-REFUSED["strategies.ModelParallelStrategy"] = Refusal(
-    "not built yet: tensor parallelism on a 2-D DeviceMesh; strategy='fsdp' shards parameters, gradients and "
-    "optimizer state over one dimension",
-    "ModelParallelStrategy: steadytrain does not support it",
-    "from lightning.pytorch.strategies import ModelParallelStrategy\nModelParallelStrategy()",
-)
 
 # Parameters ours takes through ``**kwargs`` with the same meaning, by design.
 FORWARDED: dict[str, str] = {

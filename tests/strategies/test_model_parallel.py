@@ -7,7 +7,6 @@ ranks on gloo through ``tests/scripts/model_parallel_job.py`` and compare with o
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
