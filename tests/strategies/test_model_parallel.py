@@ -21,6 +21,7 @@ from trainer.strategies import ModelParallelStrategy
 from trainer.strategies.model_parallel import _warn_unsynced
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "model_parallel_job.py"
+AFTER_STEP_3 = 6  # the job accumulates 2 batches per step: a resume from step 3 runs batches 6 to 11
 
 
 def cpu(strategy: ModelParallelStrategy, devices: int, num_nodes: int = 1) -> ModelParallelStrategy:
@@ -121,12 +122,13 @@ def close_losses(a: list[float], b: list[float]) -> bool:
 
 @pytest.mark.slow
 def test_tensor_parallel_matches_one_device_and_resumes_from_its_sharded_checkpoint(tmp_path: Path) -> None:
-    """tp=2 (dp=1) on 2 ranks: the losses and weights of one device (AdamW, norm clipping over every shard); its
-    DCP directory resumes bitwise on the same mesh, and on one device (another mesh) within float tolerance."""
+    """tp=2 (dp=1) on 2 ranks: the losses and weights of one device (AdamW, accumulation, norm clipping over every
+    shard); its DCP directory resumes bitwise on the same mesh, and on one device (another mesh) within float
+    tolerance."""
     single_job, tp_job = run(tmp_path, "single", "--single"), run(tmp_path, "tp", "--save-at", "3")
     single, tp = results(tmp_path, "single", single_job), results(tmp_path, "tp", tp_job)
     assert sorted(tp) == [0, 1] and tp[0]["mesh"] == [["data_parallel", "tensor_parallel"], [1, 2]]
-    assert tp[0]["global_step"] == single[0]["global_step"] == 6
+    assert tp[0]["global_step"] == single[0]["global_step"] == 6 and len(tp[0]["losses"]) == 12
     assert close_losses(tp[0]["losses"], single[0]["losses"]) and tp[0]["losses"] == tp[1]["losses"]
     assert max_diff(tp[0], single[0]) < 1e-6 and max_diff(tp[0], tp[1]) == 0
     checkpoint = tmp_path / "tp-step3.ckpt"
@@ -136,9 +138,9 @@ def test_tensor_parallel_matches_one_device_and_resumes_from_its_sharded_checkpo
     same_job = run(tmp_path, "resumed", "--resume", checkpoint.name)
     one_job = run(tmp_path, "one", "--single", "--resume", checkpoint.name)
     resumed, one = results(tmp_path, "resumed", same_job), results(tmp_path, "one", one_job)
-    assert resumed[0]["global_step"] == 6 and resumed[0]["losses"] == tp[0]["losses"][3:]
+    assert resumed[0]["global_step"] == 6 and resumed[0]["losses"] == tp[0]["losses"][AFTER_STEP_3:]
     assert max_diff(resumed[0], tp[0]) == 0 and max_diff(resumed[1], tp[1]) == 0
-    assert close_losses(one[0]["losses"], single[0]["losses"][3:]) and max_diff(one[0], single[0]) < 1e-6
+    assert close_losses(one[0]["losses"], single[0]["losses"][AFTER_STEP_3:]) and max_diff(one[0], single[0]) < 1e-6
 
 
 @pytest.mark.slow
@@ -150,7 +152,7 @@ def test_full_checkpoint_resumes_exactly_and_on_another_mesh(tmp_path: Path) -> 
     weights = torch.load(tmp_path / "full-step3.ckpt", weights_only=True)["state_dict"]
     assert weights["model.w1.weight"].shape == (32, 16)  # the full tensor, not a shard
     resumed = results(tmp_path, "resumed", run(tmp_path, "resumed", "--full-state", "--resume", "full-step3.ckpt"))
-    assert resumed[0]["losses"] == full[0]["losses"][3:] and max_diff(resumed[0], full[0]) == 0
+    assert resumed[0]["losses"] == full[0]["losses"][AFTER_STEP_3:] and max_diff(resumed[0], full[0]) == 0
     other = results(tmp_path, "dp2", run(tmp_path, "dp2", "--dp", "2", "--tp", "1", "--resume", "full-step3.ckpt"))
     assert other[0]["mesh"] == [["data_parallel", "tensor_parallel"], [2, 1]] and other[0]["global_step"] == 6
     assert max_diff(other[0], full[0]) < 1e-6 and max_diff(other[1], full[0]) < 1e-6
