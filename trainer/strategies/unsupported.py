@@ -32,4 +32,3 @@ class XLAStrategy(_Refused):
 
 class SingleDeviceXLAStrategy(_Refused):
     instead = "TPUs (XLA) are not supported: use accelerator='cuda' or 'cpu'."
-
