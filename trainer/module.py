@@ -56,6 +56,7 @@ class Module(HyperparametersMixin, nn.Module):
         "fabric",
         "strict_loading",
         "device",
+        "device_mesh",
         "dtype",
         "hparams",
         "hparams_initial",
