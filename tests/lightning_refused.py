@@ -65,12 +65,6 @@ for _cls in ("Strategy", "ParallelStrategy", "SingleDeviceStrategy", "DDPStrateg
             f"from lightning.pytorch.strategies import {_cls}\n{_cls}({_param}=None)",
         )
 
-REFUSED["strategies.ModelParallelStrategy"] = Refusal(
-    "not built yet: tensor parallelism on a 2-D DeviceMesh; strategy='fsdp' shards parameters, gradients and "
-    "optimizer state over one dimension",
-    "ModelParallelStrategy: steadytrain does not support it",
-    "from lightning.pytorch.strategies import ModelParallelStrategy\nModelParallelStrategy()",
-)
 
 # Parameters ours takes through ``**kwargs`` with the same meaning, by design.
 FORWARDED: dict[str, str] = {

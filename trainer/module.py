@@ -56,6 +56,7 @@ class Module(HyperparametersMixin, nn.Module):
         "fabric",
         "strict_loading",
         "device",
+        "device_mesh",
         "dtype",
         "hparams",
         "hparams_initial",
@@ -343,6 +344,13 @@ class Module(HyperparametersMixin, nn.Module):
     @dtype.setter
     def dtype(self, value: Any) -> None:
         raise RuntimeError(f"Cannot set the dtype explicitly (to {value}). Please use module.to(new_dtype).")
+
+    @property
+    def device_mesh(self) -> Any:
+        """The strategy's ``DeviceMesh`` for ``configure_model`` to parallelize with (``ModelParallelStrategy``:
+        "data_parallel" x "tensor_parallel"); None without a Trainer or under a strategy that builds none."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.strategy.module_mesh if trainer is not None else None
 
     @property
     def on_gpu(self) -> bool:

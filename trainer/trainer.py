@@ -493,7 +493,7 @@ class Trainer:
         """How loaders are sharded: ``num_replicas`` and ``rank`` with several processes, else None."""
         if self.world_size == 1 and self.strategy.name in ("single", "dp"):
             return None
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
+        return self.strategy.distributed_sampler_kwargs
 
     @property
     def limit_train_batches(self) -> int | float | None:

@@ -169,6 +169,11 @@ def is_datamodule(obj: Any) -> bool:
     return hasattr(obj, "setup") and hasattr(obj, "train_dataloader") and not hasattr(obj, "dataset")
 
 
+def _replicas(strategy: Strategy) -> int:
+    """The parts the loaders are split into (one per data-parallel replica)."""
+    return strategy.distributed_sampler_kwargs["num_replicas"]
+
+
 def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str, origin: str) -> None:
     """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
     if isinstance(loader, CombinedLoader):
@@ -223,7 +228,7 @@ def resolve_loaders(
     given, origin = _request(given, _source(module, datamodule), stage)
     loaders = _as_list(given, stage)
     for loader in loaders:
-        _check_usable(loader, strategy.world_size, use_distributed_sampler, stage, origin)
+        _check_usable(loader, _replicas(strategy), use_distributed_sampler, stage, origin)
     return loaders
 
 
@@ -260,7 +265,7 @@ class LoaderSource:
     def request_train(self) -> Any:
         train, origin = _request(self.train, _source(self.module, self.datamodule), "training")
         train = _training_loader(train)
-        _check_usable(train, self.strategy.world_size, self.use_distributed_sampler, "training", origin)
+        _check_usable(train, _replicas(self.strategy), self.use_distributed_sampler, "training", origin)
         return map_loaders(train, unshuffled) if self.overfit else train
 
     def request_val(self) -> list[Any]:
@@ -269,7 +274,7 @@ class LoaderSource:
         val, origin = _request(self.val, _source(self.module, self.datamodule), "fit validation")
         loaders = _as_list(val, "validation")
         for loader in loaders:
-            _check_usable(loader, self.strategy.world_size, self.use_distributed_sampler, "validation", origin)
+            _check_usable(loader, _replicas(self.strategy), self.use_distributed_sampler, "validation", origin)
         if self.overfit:
             loaders = ShapedLoaders(
                 [map_loaders(v, _unshuffled_val) for v in loaders], getattr(loaders, "unflatten", list)

@@ -195,8 +195,7 @@ class TrainSource:
         agree = functools.partial(_agree, trainer.strategy)
         shard = functools.partial(
             prepare_train_loader,
-            num_replicas=trainer.world_size,
-            rank=trainer.global_rank,
+            **trainer.strategy.distributed_sampler_kwargs,  # data-parallel replicas (a tensor-parallel group: one)
             seed=trainer.seed,
             use_distributed_sampler=trainer.use_distributed_sampler,
             agree=agree,
@@ -212,7 +211,8 @@ class TrainSource:
         self.num_batches = count_batches(self.loader, trainer.limits["train"], "train")
         if self.num_batches == 0 and trainer.limits["train"] != 0:  # limit_train_batches=0: fit trains nothing
             raise MisconfigurationException("the training DataLoader yields no batches (an empty dataset).")
-        self.layout = position.layout(train_loader, trainer.world_size, trainer.seed, self.num_batches)
+        replicas = trainer.strategy.distributed_sampler_kwargs["num_replicas"]
+        self.layout = position.layout(train_loader, replicas, trainer.seed, self.num_batches)
         saved, restarts = self.saved_layout, False
         if saved is not None and 0 < self.progress.batches_done < (saved.get("batches_per_epoch") or math.inf):
             restarts = self._continue_position(train_loader)  # inside an epoch: the position depends on the data
@@ -226,8 +226,9 @@ class TrainSource:
         assert saved is not None
         changed = position.changes(saved, self.layout)
         if not changed:
-            if saved["world_size"] != trainer.world_size:  # same global batch: rebuild the old layout
-                resharded = position.reshard(train_loader, saved, trainer.world_size, trainer.global_rank)
+            split = trainer.strategy.distributed_sampler_kwargs
+            if saved["world_size"] != split["num_replicas"]:  # same global batch: rebuild the old layout
+                resharded = position.reshard(train_loader, saved, split["num_replicas"], split["rank"])
                 several = trainer.world_size > 1 or saved["world_size"] > 1  # the old layout's rule
                 self.resharded = seed_samples(resharded, self.data_seed, several)
             return False

@@ -58,8 +58,7 @@ class EvaluationLoop:
         trainer = self.trainer
         shard = functools.partial(
             data.prepare_eval_loader,
-            num_replicas=trainer.world_size,
-            rank=trainer.global_rank,
+            **trainer.strategy.distributed_sampler_kwargs,
             use_distributed_sampler=trainer.use_distributed_sampler,
         )
         placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded

@@ -90,6 +90,7 @@ __all__ = [
     "DataParallelStrategy",
     "DeepSpeedStrategy",
     "FSDPStrategy",
+    "ModelParallelStrategy",
     "ParallelStrategy",
     "SingleDeviceStrategy",
     "SingleDeviceXLAStrategy",
@@ -104,11 +105,11 @@ _LAZY = {
     "DDPStrategy": "trainer.strategies.ddp",
     "DataParallelStrategy": "trainer.strategies.dp",
     "FSDPStrategy": "trainer.strategies.fsdp",
-    "ParallelStrategy": "trainer.strategies.parallel",  # the base of DDP and FSDP
+    "ParallelStrategy": "trainer.strategies.parallel",  # the base of DDP, FSDP and ModelParallel
     "DeepSpeedStrategy": "trainer.strategies.unsupported",
     "XLAStrategy": "trainer.strategies.unsupported",
     "SingleDeviceXLAStrategy": "trainer.strategies.unsupported",
-    "ModelParallelStrategy": "trainer.strategies.unsupported",
+    "ModelParallelStrategy": "trainer.strategies.model_parallel",
 }
 
 

@@ -140,6 +140,17 @@ class Strategy(ABC):
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How the loaders are split: into ``num_replicas`` parts, this process reading part ``rank``. One part per
+        process, except where several processes compute one replica (tensor parallelism reads the same batches)."""
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
+    def module_mesh(self) -> Any:
+        """The ``DeviceMesh`` ``Module.device_mesh`` shows ``configure_model`` (ModelParallelStrategy's), or None."""
+        return None
+
     # ---- life cycle ----------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Start processes / process groups. Called once before any module is touched."""

@@ -3,29 +3,18 @@
 Each rank keeps only its shard of every parameter, gradient and optimizer state (DTensors); a
 sharded submodule gathers its full parameters for its forward and backward, and gradients are
 reduce-scattered in backward. Processes, the process group and the collectives are
-``ParallelStrategy``'s, exactly as for DDP. Checkpoints are ``torch.distributed.checkpoint``
-directories where every rank writes its own shards (``trainer/checkpoint/sharded.py``), or one
-gathered file with ``state_dict_type="full"``.
+``ParallelStrategy``'s, exactly as for DDP. Checkpoints, clipping and accumulation are
+``DTensorStrategy``'s: ``torch.distributed.checkpoint`` directories where every rank writes its own
+shards (``trainer/checkpoint/sharded.py``), or one gathered file with ``state_dict_type="full"``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import weakref
-from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import (
     CPUOffload,
@@ -34,30 +23,22 @@ from torch.distributed.fsdp import (
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
-    register_fsdp_forward_method,
 )
-from torch.distributed.tensor import DTensor
 
-from trainer.checkpoint import sharded
-from trainer.checkpoint.io import extract_state_dict, strip_prefixes
-from trainer.checkpoint.optimizer_names import name_keyed_optimizer_state
 from trainer.exceptions import MisconfigurationException
 from trainer.plugins.environments import ClusterEnvironment
 from trainer.plugins.io import CheckpointIO, TorchCheckpointIO
 from trainer.precision import Precision
 from trainer.strategies import fsdp_policies as policies
-from trainer.strategies.parallel import ParallelStrategy
+from trainer.strategies.dtensor import DTensorStrategy, plain_tensors, register_steps
 
-_STEPS = ("training_step", "validation_step", "test_step", "predict_step")
 _MIXED = ("16-mixed", "bf16-mixed")
-_registered: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # modules whose steps FSDP already wraps
 
 
-class FSDPStrategy(ParallelStrategy):
+class FSDPStrategy(DTensorStrategy):
     """Shards parameters, gradients and optimizer states across ranks (gloo on CPU, NCCL on CUDA)."""
 
     name = "fsdp"
-    supports_inference_mode = False  # FSDP reuses its all-gather buffers in training
     step_collectives = "a collective inside the step (FSDP's all-gather in forward, reduce-scatter in backward)"
 
     def __init__(
@@ -120,6 +101,10 @@ class FSDPStrategy(ParallelStrategy):
         self.async_save = async_save
         self.mesh: DeviceMesh | None = None
 
+    @property
+    def full_state(self) -> bool:
+        return self.state_dict_type == "full"
+
     def connect_precision(self, precision: Precision) -> None:
         """Mixed precision becomes FSDP's policy: parameters gathered in the low dtype, fp32 master weights."""
         if self.mixed_precision is None and getattr(precision, "name", None) in _MIXED:
@@ -135,10 +120,10 @@ class FSDPStrategy(ParallelStrategy):
         self._check_checkpoint_io()
         if not isinstance(module, FSDPModule):
             module = module.to(self.root_device)
-            self._broadcast(_plain_tensors(module))  # every rank starts from rank 0's weights
+            self._broadcast(plain_tensors(module))  # every rank starts from rank 0's weights
             policies.checkpoint_activations(module, self.checkpointing_policy)
             self._shard(module)
-        _register_steps(module)
+        register_steps(module)
         self.module = self.model = module
         return module
 
@@ -194,74 +179,6 @@ class FSDPStrategy(ParallelStrategy):
             kwargs["offload_policy"] = self.offload_policy
         return kwargs
 
-    # ---- the step ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _gradient_sync_off(self) -> Iterator[None]:
-        assert isinstance(self.module, FSDPModule)
-        self.module.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            self.module.set_requires_gradient_sync(True)
-
-    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
-        """Accumulate unsharded gradients locally; the window's last micro-batch reduce-scatters them."""
-        return self._gradient_sync_off()
-
-    # manual_backward_sync stays the default: FSDP reduce-scatters in every backward (manual_backward too)
-
-    def clip_gradients(self, parameters: list[torch.nn.Parameter], value: float, algorithm: str) -> None:
-        """The norm is over every shard: the DTensor total norm made full before it scales the gradients."""
-        if algorithm != "norm":
-            return super().clip_gradients(parameters, value, algorithm)
-        grads = [p.grad for p in parameters if p.grad is not None]
-        total = torch.nn.utils.get_total_norm(grads)
-        if isinstance(total, DTensor):
-            total = total.full_tensor()
-        torch.nn.utils.clip_grads_with_norm_(parameters, value, total)
-
-    # ---- checkpoints ---------------------------------------------------------------------
-    def _options(self) -> StateDictOptions:
-        full = self.state_dict_type == "full"
-        return StateDictOptions(full_state_dict=full, cpu_offload=full)
-
-    def module_state_dict(self) -> dict[str, torch.Tensor]:
-        """This rank's shards (DTensors), or with ``state_dict_type="full"`` the gathered weights on rank 0."""
-        assert self.module is not None
-        return dict(get_model_state_dict(self.module, options=self._options()))  # type: ignore[arg-type]
-
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Keyed by parameter name, so it loads into any world size and any strategy."""
-        assert self.module is not None
-        return get_optimizer_state_dict(self.module, optimizer, options=self._options())
-
-    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        """Full states (from any strategy's checkpoint) are sharded into this rank's part."""
-        assert self.module is not None
-        full = name_keyed_optimizer_state(self.module, optimizer, state)
-        options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(self.module, optimizer, full, options=options)
-
-    def load_module_weights(self, module: nn.Module, checkpoint: Mapping[str, Any]) -> None:
-        """Into a module ``configure_model`` already sharded, full weights are scattered to the shards."""
-        if not any(isinstance(p, DTensor) for p in module.parameters()):
-            return super().load_module_weights(module, checkpoint)
-        weights = strip_prefixes(extract_state_dict(checkpoint))
-        set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True))
-
-    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
-        """A DCP directory with each rank's shards (collective), or one gathered file written by rank 0."""
-        if self.state_dict_type == "full":
-            return super().save_checkpoint(checkpoint, path)
-        sharded.save_sharded(dict(checkpoint), path, self, async_save=self.async_save)
-
-    def teardown(self) -> None:
-        sharded.wait_pending()
-        super().teardown()
-
-    def offload(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        """Sharded parameters stay where they are, as under Lightning's FSDP strategy (its teardown moves nothing)."""
-
 
 def _offload_policy(cpu_offload: Any) -> OffloadPolicy | None:
     """Ours (a bool or FSDP2's policy) or Lightning's FSDP1 ``CPUOffload(offload_params=...)``."""
@@ -271,19 +188,3 @@ def _offload_policy(cpu_offload: Any) -> OffloadPolicy | None:
         cpu_offload = cpu_offload.offload_params
     # pinned memory needs an accelerator; without one, plain CPU memory
     return CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else None
-
-
-def _register_steps(module: nn.Module) -> None:
-    """A step is the root's forward: FSDP gathers the root's parameters around it (once per module)."""
-    if module in _registered:
-        return
-    for step in _STEPS:
-        if callable(getattr(module, step, None)):
-            register_fsdp_forward_method(module, step)
-    _registered.add(module)
-
-
-def _plain_tensors(module: nn.Module) -> list[torch.Tensor]:
-    """Parameters and buffers that are not DTensors yet (``configure_model`` may have sharded some)."""
-    tensors = [*module.parameters(), *module.buffers()]
-    return [t for t in tensors if not isinstance(t, DTensor)]

@@ -32,10 +32,3 @@ class XLAStrategy(_Refused):
 
 class SingleDeviceXLAStrategy(_Refused):
     instead = "TPUs (XLA) are not supported: use accelerator='cuda' or 'cpu'."
-
-
-class ModelParallelStrategy(_Refused):
-    instead = (
-        "tensor parallelism on a 2-D DeviceMesh is not built yet; strategy='fsdp' shards parameters, gradients and "
-        "optimizer state (FSDP2) over one dimension."
-    )
