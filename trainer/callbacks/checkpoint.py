@@ -103,12 +103,27 @@ class ModelCheckpoint(Checkpoint):
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
+        self._deferred = False  # a step's save waits for the validation that logs the monitored value
+        self._warned_missing = False
         self._names = RunNames(self._in_state)  # the checkpoint names this run may replace
         self._last: Path | None = None  # rank zero: the name of this callback's last checkpoint, once claimed
 
     @property
     def state_key(self) -> str:
-        """By monitor, as before; a weights-only callback beside a full one keeps its own state."""
+        """Lightning's key; a weights-only callback beside a full one with the same settings keeps its own state."""
+        weights_only = {"save_weights_only": True} if self.save_weights_only else {}
+        return self._generate_state_key(
+            monitor=self.monitor,
+            mode=self.mode,
+            every_n_train_steps=self.every_n_train_steps,
+            every_n_epochs=self.every_n_epochs,
+            train_time_interval=self.train_time_interval,
+            **weights_only,
+        )
+
+    @property
+    def _former_state_key(self) -> str:
+        """The key steadytrain used before it took Lightning's: its checkpoints still restore."""
         return f"ModelCheckpoint[{self.monitor}]" + (", weights_only" if self.save_weights_only else "")
 
     @property
@@ -144,15 +159,29 @@ class ModelCheckpoint(Checkpoint):
         if self.train_time_interval is not None:  # rank zero's clock decides for every rank
             elapsed = time.monotonic() - self._last_time_saved
             due = bool(trainer.strategy.broadcast(elapsed >= self.train_time_interval.total_seconds()))
-        if due:
+        if due and self._defers(trainer, batch_idx):
+            self._deferred = True
+        elif due:
             self.save(trainer)
+
+    def _defers(self, trainer: "Trainer", batch_idx: int) -> bool:
+        """Lightning's rule: a step's save waits for the next validation's end when the monitored value is not
+        logged yet, or a validation right after this batch will log a fresh one (the one now is stale)."""
+        if self.monitor is None:
+            return False
+        if self.monitor not in self._candidates(trainer):
+            return True
+        return not self._saves_at_train_epoch_end(trainer) and trainer.fit_loop.validation.due(batch_idx)
 
     def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
 
     def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
-        if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
+        if self._skip(trainer) or self._saves_at_train_epoch_end(trainer):
+            return
+        if self._deferred or self._epoch_due(trainer):
+            self._deferred = False
             self.save(trainer)
 
     def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
@@ -199,7 +228,7 @@ class ModelCheckpoint(Checkpoint):
         name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
         chosen = self._choose(trainer, name, score) if trainer.is_global_zero else None
         keep, path, last = trainer.strategy.broadcast(chosen)
-        dropped = self._remember(path, score) if keep else []
+        dropped = self._remember(path, score) if keep and score is not None else []
         if self.save_last:
             self.last_model_path = last
         if not keep and not self.save_last:
@@ -240,7 +269,7 @@ class ModelCheckpoint(Checkpoint):
         self._names.new = []
 
     # ---- names: a run replaces only its own files ------------------------------------------------------
-    def _choose(self, trainer: "Trainer", name: str, score: float) -> tuple[bool, str, str]:
+    def _choose(self, trainer: "Trainer", name: str, score: float | None) -> tuple[bool, str, str]:
         """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
         assert self.dirpath is not None
         ext, counter = self.FILE_EXTENSION, self.enable_version_counter
@@ -297,7 +326,7 @@ class ModelCheckpoint(Checkpoint):
         if self.save_top_k != 0 and os.path.isdir(self.dirpath) and os.listdir(self.dirpath):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
 
-    def _report(self, trainer: "Trainer", path: Path, score: float, kept: bool) -> None:
+    def _report(self, trainer: "Trainer", path: Path, score: float | None, kept: bool) -> None:
         where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
         if self.monitor is None or not kept:
             print(f"{where}: saving model to {str(path)!r}", flush=True)
@@ -308,12 +337,22 @@ class ModelCheckpoint(Checkpoint):
                 flush=True,
             )
 
-    def _score(self, trainer: "Trainer") -> float:
+    def _score(self, trainer: "Trainer") -> float | None:
         """The monitored value (``epoch`` and ``step`` need no ``self.log``); NaN counts as the worst possible
-        value (``inf`` in mode min), as in Lightning."""
+        value (``inf`` in mode min), as in Lightning. None: not logged before any validation ran (warned once)."""
         if self.monitor is None:
             return float(trainer.global_step)
         value = self._candidates(trainer).get(self.monitor)
+        if value is None and trainer.fit_loop.progress.validations == 0:
+            if not self._warned_missing:  # Lightning's rule: maybe a validation metric, logged later
+                self._warned_missing = True
+                warnings.warn(
+                    f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
+                    f"metrics: {sorted(self._candidates(trainer))}. HINT: Did you call `log({self.monitor!r}, value)` "
+                    "in the `LightningModule`? No top-k checkpoint is kept until it is logged.",
+                    stacklevel=2,
+                )
+            return None
         if value is None:
             raise KeyError(
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no such logged metric; logged: "
@@ -356,8 +395,8 @@ class ModelCheckpoint(Checkpoint):
         """Without a monitor the newest (highest step) counts as best."""
         return self.mode if self.monitor is not None else "max"
 
-    def _should_keep(self, score: float, path: str) -> bool:
-        if self.save_top_k == 0:
+    def _should_keep(self, score: float | None, path: str) -> bool:
+        if self.save_top_k == 0 or score is None:
             return False
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k or path in self.best_k_models:
             return True
