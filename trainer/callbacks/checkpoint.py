@@ -67,17 +67,29 @@ class ModelCheckpoint(Checkpoint):
                 f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}."
             )
         if save_top_k < -1:
-            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more.")
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more: Invalid value for "
+                f"save_top_k={save_top_k}. Must be >= -1"
+            )
+        if monitor is None and save_top_k not in (-1, 0, 1):
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration. No quantity "
+                "for top_k to track: pass monitor=, or save_top_k=-1 (all), 0 or 1 (the newest)."
+            )
         if save_last not in (True, False, None, "link"):
             raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False, None or 'link'.")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
             if value is not None and value < 0:
-                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 0 or None.")
+                raise MisconfigurationException(
+                    f"ModelCheckpoint({name}={value!r}) must be >= 0 or None: Invalid value for {name}={value}. "
+                    "Must be >= 0"
+                )
         triggers = [bool(every_n_train_steps), train_time_interval is not None, bool(every_n_epochs)]
         if sum(triggers) > 1:
-            raise ValueError(
-                "ModelCheckpoint: every_n_train_steps, train_time_interval and every_n_epochs are alternatives; "
-                "set one of them."
+            raise MisconfigurationException(
+                f"Combination of parameters every_n_train_steps={every_n_train_steps}, every_n_epochs="
+                f"{every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive: "
+                "ModelCheckpoint saves on one of them."
             )
         # a str, absolute with ``~`` expanded, as Lightning's (a remote URL is kept as given)
         self.dirpath = _local_dirpath(os.fspath(dirpath)) if dirpath is not None else None
@@ -141,6 +153,11 @@ class ModelCheckpoint(Checkpoint):
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
+        if self.save_last == "link" and "://" in str(self.dirpath):
+            raise ValueError(
+                f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
+                f"`dirpath={self.dirpath}`: a symbolic link needs a local filesystem; use save_last=True there."
+            )
         if stage == "fit" and trainer.is_global_zero:
             from trainer.checkpoint.leftovers import clean
 
@@ -211,9 +228,11 @@ class ModelCheckpoint(Checkpoint):
         """Lightning's rule: at the epoch end when validation runs once an epoch (or never)."""
         if self.save_on_train_epoch_end is not None:
             return self.save_on_train_epoch_end
+        if isinstance(trainer.val_check_interval, timedelta) or trainer.check_val_every_n_epoch != 1:
+            return False  # an epoch end may have no validation: saves wait for the validations' ends
         if trainer.val_dataloaders is None or sum(trainer.num_val_batches) == 0:
             return True
-        return trainer.check_val_every_n_epoch == 1 and trainer.val_check_interval == 1.0
+        return trainer.val_check_interval == 1.0
 
     # ---- saving ---------------------------------------------------------------------------------------
     def save(self, trainer: "Trainer") -> None:
@@ -255,7 +274,7 @@ class ModelCheckpoint(Checkpoint):
     def _write(self, trainer: "Trainer", path: Path, link: Path | None = None) -> None:
         """Save ``path`` (and make ``link`` the same checkpoint); a failure gives back the names claimed for it."""
         try:
-            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            trainer.save_checkpoint(str(path), self.save_weights_only)  # as Lightning calls it (a mock may check)
             if link is not None:
                 if trainer.is_global_zero:
                     from trainer.checkpoint.sharded import link_any_checkpoint
@@ -429,6 +448,14 @@ class ModelCheckpoint(Checkpoint):
             for path in paths:
                 if path != self.last_model_path:
                     remove_checkpoint(path)  # a file, or a sharded directory
+
+    def to_yaml(self, filepath: str | Path | None = None) -> None:
+        """Write ``best_k_models`` (path: score) to a YAML file, ``<dirpath>/best_k_models.yaml`` by default."""
+        import yaml
+
+        assert filepath is not None or self.dirpath, "to_yaml() needs a filepath before the callback has a dirpath"
+        path = Path(filepath) if filepath is not None else Path(str(self.dirpath), "best_k_models.yaml")
+        path.write_text(yaml.safe_dump({k: float(v) for k, v in self.best_k_models.items()}))
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -33,7 +33,10 @@ def with_defaults(
     if checkpointing and not savers:
         given.append(ModelCheckpoint())
     if not checkpointing and savers:
-        raise MisconfigurationException(f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=.")
+        raise MisconfigurationException(
+            f"Trainer was configured with `enable_checkpointing=False` but found `{savers[0]}` in callbacks list: "
+            f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=."
+        )
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
         raise MisconfigurationException(
