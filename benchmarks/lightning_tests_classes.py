@@ -35,7 +35,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     r"epochs\[|test_none_monitor_not_alternating|test_val_check_interval_checkpoint_files"
     r"|test_model_checkpoint_with_non_string_input\[-1\]|test_model_checkpoint_topk_all|test_checkpoint_repeated_strategy$"
     r"|test_ckpt_version_after_rerun_new_trainer|test_resume_and_old_checkpoint_files_remain\[|test_default_checkpoint_"
-    r"behavior|test_check_val_every_n_epochs_top_k_integration)"
+    r"behavior|test_check_val_every_n_epochs_top_k_integration|test_current_score$)"
     r"|checkpointing\.test_trainer_checkpoint::test_finetuning_with_ckpt_path$"
     r"|trainer\.test_trainer::test_fit_ckpt_path_epoch_restored\[": (
         "ModelCheckpoint keeps last.ckpt by default (save_last=True), so a run that is killed or pre-empted always "

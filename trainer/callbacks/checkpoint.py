@@ -111,7 +111,7 @@ class ModelCheckpoint(Checkpoint):
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.last_model_path = ""
-        self.current_score: float | None = None
+        self.current_score: torch.Tensor | None = None
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
@@ -243,7 +243,7 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = True
         score = self._score(trainer)
-        self.current_score = score
+        self.current_score = self._score_tensor(trainer, score)
         name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
         chosen = self._choose(trainer, name, score) if trainer.is_global_zero else None
         keep, path, last = trainer.strategy.broadcast(chosen)
@@ -379,6 +379,15 @@ class ModelCheckpoint(Checkpoint):
             )
         score = float(value)
         return (math.inf if self.mode == "min" else -math.inf) if math.isnan(score) else score
+
+    def _score_tensor(self, trainer: "Trainer", score: float | None) -> torch.Tensor | None:
+        """The score as Lightning keeps ``current_score``: the logged tensor itself (NaN as ``score``'s inf)."""
+        if score is None:
+            return None
+        logged = trainer.callback_metrics.get(self.monitor) if self.monitor is not None else None
+        if isinstance(logged, torch.Tensor) and not torch.isnan(logged).any():
+            return logged.detach().cpu().clone()
+        return torch.tensor(score)
 
     def _candidates(self, trainer: "Trainer") -> dict[str, Any]:
         """Logged values, with ``epoch`` and ``step`` the Trainer's unless the module logged its own."""
