@@ -32,12 +32,42 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "What differs: Lightning's own classes stay Lightning's",
     ),
     r"checkpointing\.test_model_checkpoint::(test_checkpoint_repeated_strategy_extended|test_model_checkpoint_every_n_"
-    r"epochs\[|test_none_monitor_not_alternating|test_val_check_interval_checkpoint_files)"
+    r"epochs\[|test_none_monitor_not_alternating|test_val_check_interval_checkpoint_files"
+    r"|test_model_checkpoint_with_non_string_input\[-1\]|test_model_checkpoint_topk_all|test_checkpoint_repeated_strategy$"
+    r"|test_ckpt_version_after_rerun_new_trainer|test_resume_and_old_checkpoint_files_remain\[|test_default_checkpoint_"
+    r"behavior|test_check_val_every_n_epochs_top_k_integration|test_current_score$)"
     r"|checkpointing\.test_trainer_checkpoint::test_finetuning_with_ckpt_path$"
     r"|trainer\.test_trainer::test_fit_ckpt_path_epoch_restored\[": (
         "ModelCheckpoint keeps last.ckpt by default (save_last=True), so a run that is killed or pre-empted always "
         "leaves a checkpoint to resume; the test lists a run's files without it",
         "What differs: Defaults",
+    ),
+    r"checkpointing\.test_model_checkpoint::(test_model_checkpoint_on_exception_parametrized\[TroubledModelOn(Fit|Train)"
+    r"End\]|test_model_checkpoint_on_exception_in_other_callbacks\[TroubledCallbackOnFitEnd\])": (
+        "save_last is on by default, so the end of training already wrote last.ckpt with that state; "
+        "save_on_exception=True adds no second copy when on_train_end/on_fit_end then raises",
+        "What differs: Defaults",
+    ),
+    r"checkpointing\.test_checkpoint_callback_frequency::test_top_k\[True-": (
+        "with save_last=True, last.ckpt is a copy (a reflink where the filesystem has them) of the checkpoint just "
+        "written, not a second torch.save of the same state; the test counts torch.save calls",
+        "What differs: Defaults",
+    ),
+    r"callbacks\.test_timer::test_trainer_flag$": (
+        "max_time= together with a Timer in callbacks= is an error naming both (two time limits: keep one); "
+        "Lightning logs that it ignores max_time",
+        "What differs: Flags",
+    ),
+    r"checkpointing\.test_model_checkpoint::test_ckpt_metric_names$": (
+        "a ModelCheckpoint filename field that nobody logged is an error naming the values that were logged; "
+        "Lightning writes 0 in its place (val_loss=0.00.ckpt), a name that misreports the checkpoint",
+        "What differs: A checkpoint file name field nobody logged is an error",
+    ),
+    r"checkpointing\.test_model_checkpoint::test_load_with_inf_data_loader$": (
+        "a mid-epoch resume continues exactly where the checkpoint was taken; an IterableDataset without "
+        "state_dict/load_state_dict cannot be put there, so the resume is refused, naming what to add, where "
+        "Lightning restarts the iterator",
+        "What differs: Exact resume, and signals",
     ),
     r"trainer\.test_trainer::test_train_loop_system$|loops\.optimization\.test_closure::test_optimizer_step_no_closure_"
     r"raises$": (

@@ -206,12 +206,12 @@ def test_top_k_keeps_the_best_two_and_deletes_the_rest(tmp_path: Path, mode: str
     assert float(cb.best_model_score) == pytest.approx(scores[best])
     assert set(cb.best_k_models) == {str(folder / name) for name in kept}
     for name in kept:  # each kept file records a top-k that never names a deleted file
-        state = torch.load(folder / name, weights_only=True)["callbacks"]["ModelCheckpoint[score]"]
+        state = torch.load(folder / name, weights_only=True)["callbacks"][cb.state_key]
         assert len(state["best_k_models"]) <= 2
         assert str(folder / name) in state["best_k_models"]
     last = torch.load(folder / "last.ckpt", weights_only=True)
     assert last["global_step"] == 10
-    assert set(last["callbacks"]["ModelCheckpoint[score]"]["best_k_models"]) == set(cb.best_k_models)
+    assert set(last["callbacks"][cb.state_key]["best_k_models"]) == set(cb.best_k_models)
 
 
 def test_save_last_only(tmp_path: Path) -> None:

@@ -199,7 +199,7 @@ def test_a_callback_state_no_callback_takes_is_named_as_lightning_does(lightning
     fit = trainer.Trainer(
         accelerator="cpu", max_epochs=EPOCHS, logger=False, enable_progress_bar=False, enable_checkpointing=False
     )
-    with pytest.warns(UserWarning, match=r"callbacks this Trainer does not have: \[\"EarlyStopping\{'monitor'"):
+    with pytest.warns(UserWarning, match=r"Please add the following callbacks: \[\"EarlyStopping\{'monitor'"):
         fit.fit(OurRegressor(), *_loaders(), ckpt_path=lightning_run / "best/step=5.ckpt")
     assert fit.global_step == 5 * EPOCHS
 

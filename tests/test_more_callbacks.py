@@ -117,7 +117,7 @@ def test_names_follow_lightnings_rules() -> None:
 def test_duplicate_group_names_are_refused() -> None:
     p = [nn.Parameter(torch.zeros(1)) for _ in range(2)]
     opt = torch.optim.SGD([{"params": [p[0]], "name": "x"}, {"params": [p[1]], "name": "x"}], lr=0.1)
-    with pytest.raises(ValueError, match=r"distinct names; \['x'\] repeat"):
+    with pytest.raises(ValueError, match=r"duplicated parameter group names \['x'\]"):
         LearningRateMonitor()._named(fake_trainer([opt]))
 
 
@@ -133,7 +133,7 @@ def test_momentum_of_an_optimizer_without_one_is_logged_as_zero_with_a_warning(t
         def configure_optimizers(self) -> Any:
             return torch.optim.Rprop(self.parameters(), lr=0.01)
 
-    with pytest.warns(RuntimeWarning, match="no momentum"):
+    with pytest.warns(RuntimeWarning, match="do not have momentum"):
         memory = monitored(tmp_path, Rprop(), LearningRateMonitor(log_momentum=True), max_epochs=1)
     assert memory.values("lr-Rprop-momentum") == [(0, 0.0)]
 

@@ -81,7 +81,7 @@ def test_filter_on_optimizer_compares_identity_not_values() -> None:
     first, second = nn.Parameter(torch.zeros(3)), nn.Parameter(torch.zeros(3))
     opt = torch.optim.SGD([first], lr=0.1)
     assert BaseFinetuning.filter_on_optimizer(opt, [second]) == [second]
-    with pytest.warns(UserWarning, match="already in another group"):
+    with pytest.warns(UserWarning, match="already exist within another group"):
         assert BaseFinetuning.filter_on_optimizer(opt, [first, second]) == [second]
 
 
@@ -92,7 +92,7 @@ def test_unfreeze_and_add_param_group_divides_the_first_groups_rate() -> None:
     BaseFinetuning.unfreeze_and_add_param_group(frozen, opt, initial_denom_lr=5.0)
     assert len(opt.param_groups) == 2 and opt.param_groups[1]["lr"] == pytest.approx(0.1)
     assert all(p.requires_grad for p in frozen.parameters())
-    with pytest.warns(UserWarning, match="already in another group"):  # all held already: no empty group
+    with pytest.warns(UserWarning, match="already exist within another group"):  # all held already: no empty group
         BaseFinetuning.unfreeze_and_add_param_group(frozen, opt, lr=0.3)
     assert len(opt.param_groups) == 2
 

@@ -68,7 +68,7 @@ def test_fit_validates_every_loader_and_a_checkpoint_can_monitor_one(tmp_path: P
     fit = quiet(tmp_path, max_epochs=2, enable_checkpointing=True, callbacks=[cb])
     fit.fit(PerLoader(), loader(regression_data(32)), loaders())
     assert {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1", "all_loss"} <= set(fit.callback_metrics)
-    best = torch.load(cb.best_model_path, weights_only=True)["callbacks"]["ModelCheckpoint[val_loss/dataloader_idx_1]"]
+    best = torch.load(cb.best_model_path, weights_only=True)["callbacks"][cb.state_key]
     assert best["best_model_score"] == cb.best_model_score <= float(fit.callback_metrics["val_loss/dataloader_idx_1"])
 
 

@@ -77,8 +77,8 @@ def as_duration(what: str, duration: str | timedelta | dict[str, int] | None) ->
     match = _DURATION.fullmatch(duration.strip()) if isinstance(duration, str) else None
     if match is None:
         raise MisconfigurationException(
-            f"{what.format(duration)} is not a duration: give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a "
-            "datetime.timedelta, or a dict of timedelta keywords such as {'hours': 12}."
+            f"{what.format(duration)} is not a duration: expected a string in the format DD:HH:MM:SS (e.g. "
+            "'00:12:00:00'), a datetime.timedelta, or a dict of timedelta keywords such as {'hours': 12}."
         )
     days, hours, minutes, seconds = (int(g) for g in match.groups())
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)

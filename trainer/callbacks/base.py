@@ -23,8 +23,13 @@ class Callback:
 
     @property
     def state_key(self) -> str:
-        """Key of this callback's state in a checkpoint; unique per class by default."""
+        """Key of this callback's state in a checkpoint; unique per class by default (Lightning's key)."""
         return type(self).__qualname__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """Lightning's key for a callback that may be given more than once: the class and the settings that tell
+        the instances apart, ``"Name{'monitor': 'x', 'mode': 'min'}"``."""
+        return f"{type(self).__qualname__}{kwargs!r}"
 
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None: ...
     def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None: ...

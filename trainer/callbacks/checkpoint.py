@@ -67,17 +67,29 @@ class ModelCheckpoint(Checkpoint):
                 f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}."
             )
         if save_top_k < -1:
-            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more.")
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more: Invalid value for "
+                f"save_top_k={save_top_k}. Must be >= -1"
+            )
+        if monitor is None and save_top_k not in (-1, 0, 1):
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration. No quantity "
+                "for top_k to track: pass monitor=, or save_top_k=-1 (all), 0 or 1 (the newest)."
+            )
         if save_last not in (True, False, None, "link"):
             raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False, None or 'link'.")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
             if value is not None and value < 0:
-                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be >= 0 or None.")
+                raise MisconfigurationException(
+                    f"ModelCheckpoint({name}={value!r}) must be >= 0 or None: Invalid value for {name}={value}. "
+                    "Must be >= 0"
+                )
         triggers = [bool(every_n_train_steps), train_time_interval is not None, bool(every_n_epochs)]
         if sum(triggers) > 1:
-            raise ValueError(
-                "ModelCheckpoint: every_n_train_steps, train_time_interval and every_n_epochs are alternatives; "
-                "set one of them."
+            raise MisconfigurationException(
+                f"Combination of parameters every_n_train_steps={every_n_train_steps}, every_n_epochs="
+                f"{every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive: "
+                "ModelCheckpoint saves on one of them."
             )
         # a str, absolute with ``~`` expanded, as Lightning's (a remote URL is kept as given)
         self.dirpath = _local_dirpath(os.fspath(dirpath)) if dirpath is not None else None
@@ -99,16 +111,31 @@ class ModelCheckpoint(Checkpoint):
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.last_model_path = ""
-        self.current_score: float | None = None
+        self.current_score: torch.Tensor | None = None
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = False
+        self._deferred = False  # a step's save waits for the validation that logs the monitored value
+        self._warned_missing = False
         self._names = RunNames(self._in_state)  # the checkpoint names this run may replace
         self._last: Path | None = None  # rank zero: the name of this callback's last checkpoint, once claimed
 
     @property
     def state_key(self) -> str:
-        """By monitor, as before; a weights-only callback beside a full one keeps its own state."""
+        """Lightning's key; a weights-only callback beside a full one with the same settings keeps its own state."""
+        weights_only = {"save_weights_only": True} if self.save_weights_only else {}
+        return self._generate_state_key(
+            monitor=self.monitor,
+            mode=self.mode,
+            every_n_train_steps=self.every_n_train_steps,
+            every_n_epochs=self.every_n_epochs,
+            train_time_interval=self.train_time_interval,
+            **weights_only,
+        )
+
+    @property
+    def _former_state_key(self) -> str:
+        """The key steadytrain used before it took Lightning's: its checkpoints still restore."""
         return f"ModelCheckpoint[{self.monitor}]" + (", weights_only" if self.save_weights_only else "")
 
     @property
@@ -126,6 +153,11 @@ class ModelCheckpoint(Checkpoint):
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
             self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
+        if self.save_last == "link" and "://" in str(self.dirpath):
+            raise ValueError(
+                f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
+                f"`dirpath={self.dirpath}`: a symbolic link needs a local filesystem; use save_last=True there."
+            )
         if stage == "fit" and trainer.is_global_zero:
             from trainer.checkpoint.leftovers import clean
 
@@ -144,15 +176,29 @@ class ModelCheckpoint(Checkpoint):
         if self.train_time_interval is not None:  # rank zero's clock decides for every rank
             elapsed = time.monotonic() - self._last_time_saved
             due = bool(trainer.strategy.broadcast(elapsed >= self.train_time_interval.total_seconds()))
-        if due:
+        if due and self._defers(trainer, batch_idx):
+            self._deferred = True
+        elif due:
             self.save(trainer)
+
+    def _defers(self, trainer: "Trainer", batch_idx: int) -> bool:
+        """Lightning's rule: a step's save waits for the next validation's end when the monitored value is not
+        logged yet, or a validation right after this batch will log a fresh one (the one now is stale)."""
+        if self.monitor is None:
+            return False
+        if self.monitor not in self._candidates(trainer):
+            return True
+        return not self._saves_at_train_epoch_end(trainer) and trainer.fit_loop.validation.due(batch_idx)
 
     def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
             self.save(trainer)
 
     def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
-        if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer) and self._epoch_due(trainer):
+        if self._skip(trainer) or self._saves_at_train_epoch_end(trainer):
+            return
+        if self._deferred or self._epoch_due(trainer):
+            self._deferred = False
             self.save(trainer)
 
     def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
@@ -182,9 +228,11 @@ class ModelCheckpoint(Checkpoint):
         """Lightning's rule: at the epoch end when validation runs once an epoch (or never)."""
         if self.save_on_train_epoch_end is not None:
             return self.save_on_train_epoch_end
+        if isinstance(trainer.val_check_interval, timedelta) or trainer.check_val_every_n_epoch != 1:
+            return False  # an epoch end may have no validation: saves wait for the validations' ends
         if trainer.val_dataloaders is None or sum(trainer.num_val_batches) == 0:
             return True
-        return trainer.check_val_every_n_epoch == 1 and trainer.val_check_interval == 1.0
+        return trainer.val_check_interval == 1.0
 
     # ---- saving ---------------------------------------------------------------------------------------
     def save(self, trainer: "Trainer") -> None:
@@ -195,11 +243,11 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = True
         score = self._score(trainer)
-        self.current_score = score
+        self.current_score = self._score_tensor(trainer, score)
         name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
         chosen = self._choose(trainer, name, score) if trainer.is_global_zero else None
         keep, path, last = trainer.strategy.broadcast(chosen)
-        dropped = self._remember(path, score) if keep else []
+        dropped = self._remember(path, score) if keep and score is not None else []
         if self.save_last:
             self.last_model_path = last
         if not keep and not self.save_last:
@@ -226,7 +274,7 @@ class ModelCheckpoint(Checkpoint):
     def _write(self, trainer: "Trainer", path: Path, link: Path | None = None) -> None:
         """Save ``path`` (and make ``link`` the same checkpoint); a failure gives back the names claimed for it."""
         try:
-            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            trainer.save_checkpoint(str(path), self.save_weights_only)  # as Lightning calls it (a mock may check)
             if link is not None:
                 if trainer.is_global_zero:
                     from trainer.checkpoint.sharded import link_any_checkpoint
@@ -240,7 +288,7 @@ class ModelCheckpoint(Checkpoint):
         self._names.new = []
 
     # ---- names: a run replaces only its own files ------------------------------------------------------
-    def _choose(self, trainer: "Trainer", name: str, score: float) -> tuple[bool, str, str]:
+    def _choose(self, trainer: "Trainer", name: str, score: float | None) -> tuple[bool, str, str]:
         """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
         assert self.dirpath is not None
         ext, counter = self.FILE_EXTENSION, self.enable_version_counter
@@ -297,7 +345,7 @@ class ModelCheckpoint(Checkpoint):
         if self.save_top_k != 0 and os.path.isdir(self.dirpath) and os.listdir(self.dirpath):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
 
-    def _report(self, trainer: "Trainer", path: Path, score: float, kept: bool) -> None:
+    def _report(self, trainer: "Trainer", path: Path, score: float | None, kept: bool) -> None:
         where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
         if self.monitor is None or not kept:
             print(f"{where}: saving model to {str(path)!r}", flush=True)
@@ -308,12 +356,22 @@ class ModelCheckpoint(Checkpoint):
                 flush=True,
             )
 
-    def _score(self, trainer: "Trainer") -> float:
+    def _score(self, trainer: "Trainer") -> float | None:
         """The monitored value (``epoch`` and ``step`` need no ``self.log``); NaN counts as the worst possible
-        value (``inf`` in mode min), as in Lightning."""
+        value (``inf`` in mode min), as in Lightning. None: not logged before any validation ran (warned once)."""
         if self.monitor is None:
             return float(trainer.global_step)
         value = self._candidates(trainer).get(self.monitor)
+        if value is None and trainer.fit_loop.progress.validations == 0:
+            if not self._warned_missing:  # Lightning's rule: maybe a validation metric, logged later
+                self._warned_missing = True
+                warnings.warn(
+                    f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
+                    f"metrics: {sorted(self._candidates(trainer))}. HINT: Did you call `log({self.monitor!r}, value)` "
+                    "in the `LightningModule`? No top-k checkpoint is kept until it is logged.",
+                    stacklevel=2,
+                )
+            return None
         if value is None:
             raise KeyError(
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no such logged metric; logged: "
@@ -321,6 +379,15 @@ class ModelCheckpoint(Checkpoint):
             )
         score = float(value)
         return (math.inf if self.mode == "min" else -math.inf) if math.isnan(score) else score
+
+    def _score_tensor(self, trainer: "Trainer", score: float | None) -> torch.Tensor | None:
+        """The score as Lightning keeps ``current_score``: the logged tensor itself (NaN as ``score``'s inf)."""
+        if score is None:
+            return None
+        logged = trainer.callback_metrics.get(self.monitor) if self.monitor is not None else None
+        if isinstance(logged, torch.Tensor) and not torch.isnan(logged).any():
+            return logged.detach().cpu().clone()
+        return torch.tensor(score)
 
     def _candidates(self, trainer: "Trainer") -> dict[str, Any]:
         """Logged values, with ``epoch`` and ``step`` the Trainer's unless the module logged its own."""
@@ -356,8 +423,8 @@ class ModelCheckpoint(Checkpoint):
         """Without a monitor the newest (highest step) counts as best."""
         return self.mode if self.monitor is not None else "max"
 
-    def _should_keep(self, score: float, path: str) -> bool:
-        if self.save_top_k == 0:
+    def _should_keep(self, score: float | None, path: str) -> bool:
+        if self.save_top_k == 0 or score is None:
             return False
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k or path in self.best_k_models:
             return True
@@ -390,6 +457,14 @@ class ModelCheckpoint(Checkpoint):
             for path in paths:
                 if path != self.last_model_path:
                     remove_checkpoint(path)  # a file, or a sharded directory
+
+    def to_yaml(self, filepath: str | Path | None = None) -> None:
+        """Write ``best_k_models`` (path: score) to a YAML file, ``<dirpath>/best_k_models.yaml`` by default."""
+        import yaml
+
+        assert filepath is not None or self.dirpath, "to_yaml() needs a filepath before the callback has a dirpath"
+        path = Path(filepath) if filepath is not None else Path(str(self.dirpath), "best_k_models.yaml")
+        path.write_text(yaml.safe_dump({k: float(v) for k, v in self.best_k_models.items()}))
 
     def state_dict(self) -> dict[str, Any]:
         return {

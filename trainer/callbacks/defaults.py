@@ -33,7 +33,10 @@ def with_defaults(
     if checkpointing and not savers:
         given.append(ModelCheckpoint())
     if not checkpointing and savers:
-        raise MisconfigurationException(f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=.")
+        raise MisconfigurationException(
+            f"Trainer was configured with `enable_checkpointing=False` but found `{savers[0]}` in callbacks list: "
+            f"enable_checkpointing=False contradicts the {savers[0]} in callbacks=."
+        )
     bars = [type(cb).__name__ for cb in given if isinstance(cb, ProgressBar)]
     if bars and not progress:
         raise MisconfigurationException(
@@ -92,4 +95,24 @@ def checkpointing_last(callbacks: list[Callback]) -> list[Callback]:
     """Checkpointing runs last, so it sees what every other callback did in the same hook."""
     from trainer.callbacks import Checkpoint
 
+    _unique_state_keys(callbacks)
     return sorted(callbacks, key=lambda cb: isinstance(cb, Checkpoint))
+
+
+def _unique_state_keys(callbacks: list[Callback]) -> None:
+    """Two callbacks with state under one key would save one state and restore it into both: refused (Lightning's
+    error), naming the key."""
+    seen: set[str] = set()
+    for cb in callbacks:
+        if getattr(type(cb), "state_dict", Callback.state_dict) is Callback.state_dict:
+            continue  # no state to save
+        name = type(cb).__name__
+        if cb.state_key in seen:
+            raise RuntimeError(
+                f"Found more than one stateful callback of type `{name}`. In the current configuration, this "
+                "callback does not support being saved alongside other instances of the same type. Please consult "
+                f"the documentation of `{name}` regarding valid settings for the callback state to be "
+                f"checkpointable. HINT: The `callback.state_key` must be unique among all callbacks in the Trainer "
+                f"(two have {cb.state_key!r})."
+            )
+        seen.add(cb.state_key)

@@ -38,7 +38,8 @@ class DeviceStatsMonitor(Callback):
             return
         if not trainer.loggers:
             raise MisconfigurationException(
-                "DeviceStatsMonitor needs a logger to write to, and this Trainer has none (logger=False). "
+                "Cannot use `DeviceStatsMonitor` callback with `Trainer(logger=False)`: "
+                "DeviceStatsMonitor needs a logger to write to, and this Trainer has none. "
                 "Pass a logger (e.g. Trainer(logger=True) or a CSVLogger), or remove the callback."
             )
         if self._wants_cpu(trainer.strategy.root_device) and not host_stats_available():

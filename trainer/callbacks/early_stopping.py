@@ -49,7 +49,7 @@ class EarlyStopping(Callback):
         log_rank_zero_only: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
-            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): choose 'min' or 'max'.")
+            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): `mode` can be min, max, got {mode}.")
         if patience < 0 or min_delta < 0:
             raise MisconfigurationException(
                 f"EarlyStopping(patience={patience!r}, min_delta={min_delta!r}) must both be >= 0."
@@ -70,9 +70,15 @@ class EarlyStopping(Callback):
         self.stopped_epoch = 0
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+        self._reason = ""
 
     @property
     def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    @property
+    def _former_state_key(self) -> str:
+        """The key steadytrain used before it took Lightning's: its checkpoints still restore."""
         return f"EarlyStopping[{self.monitor}]"
 
     def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
@@ -114,7 +120,8 @@ class EarlyStopping(Callback):
 
     @property
     def reason(self) -> str:
-        return self.stopping_reason_message or ""
+        """Why the last check stopped, or not."""
+        return self._reason
 
     def _improved(self, score: float) -> bool:
         if self.mode == "min":
@@ -122,38 +129,36 @@ class EarlyStopping(Callback):
         return score > self.best_score + self.min_delta
 
     def _update(self, score: float) -> bool:
-        """Whether to stop, given this check's score; records why in ``stopping_reason_message``."""
-        self.stopping_reason_message = None
-        worse = (lambda a, b: a > b) if self.mode == "min" else (lambda a, b: a < b)
+        """Whether to stop, given this check's score; why, in Lightning's words, in ``reason`` (and, when it stops,
+        in ``stopping_reason_message``)."""
+        stop, reason, self._reason = self._criteria(score)
+        if stop:
+            self.stopping_reason, self.stopping_reason_message = reason, self._reason
+        return stop
+
+    def _criteria(self, score: float) -> tuple[bool, EarlyStoppingReason, str]:
+        monitor, best, order = self.monitor, self.best_score, "<" if self.mode == "min" else ">"
+        beyond = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
         if self.check_finite and not math.isfinite(score):
-            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
-            self.stopping_reason_message = f"{self.monitor}={score} is not finite."
-            return True
-        if self.stopping_threshold is not None and not worse(score, self.stopping_threshold):
-            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
-            self.stopping_reason_message = (
-                f"{self.monitor}={score:.6g} reached stopping_threshold {self.stopping_threshold}."
-            )
-            return True
-        if self.divergence_threshold is not None and worse(score, self.divergence_threshold):
-            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
-            self.stopping_reason_message = (
-                f"{self.monitor}={score:.6g} is worse than divergence_threshold {self.divergence_threshold}."
-            )
-            return True
+            why = f"Monitored metric {monitor} = {score} is not finite. Previous best value was {best:.3f}."
+            return True, EarlyStoppingReason.NON_FINITE_METRIC, why + " Signaling Trainer to stop."
+        if self.stopping_threshold is not None and beyond(score, self.stopping_threshold):
+            why = f"Stopping threshold reached: {monitor} = {score:.6g} {order} {self.stopping_threshold}."
+            return True, EarlyStoppingReason.STOPPING_THRESHOLD, why + " Signaling Trainer to stop."
+        if self.divergence_threshold is not None and beyond(-score, -self.divergence_threshold):
+            order = ">" if self.mode == "min" else "<"
+            why = f"Divergence threshold reached: {monitor} = {score:.6g} {order} {self.divergence_threshold}."
+            return True, EarlyStoppingReason.DIVERGENCE_THRESHOLD, why + " Signaling Trainer to stop."
         if self._improved(score):
-            self.best_score = score
-            self.wait_count = 0
-            return False
+            gain = f" by {abs(best - score):.3f} >= min_delta = {self.min_delta}" if math.isfinite(best) else ""
+            self.best_score, self.wait_count = score, 0
+            return False, self.stopping_reason, f"Metric {monitor} improved{gain}. New best score: {score:.3f}"
         self.wait_count += 1
-        self.stopping_reason_message = (
-            f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} checks "
-            f"(best {self.best_score:.6g})."
-        )
+        why = f"Monitored metric {monitor} did not improve in the last {self.wait_count} records."
+        why += f" Best score: {best:.3f}."
         if self.wait_count < self.patience:
-            return False
-        self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
-        return True
+            return False, self.stopping_reason, why
+        return True, EarlyStoppingReason.PATIENCE_EXHAUSTED, why + " Signaling Trainer to stop."
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -115,9 +115,10 @@ class BaseFinetuning(Callback):
         kept = [p for p in params if id(p) not in held]
         if len(kept) < len(params):
             warnings.warn(
-                f"{len(params) - len(kept)} parameter(s) to add are already in another group of this optimizer and "
-                f"are skipped. Build the optimizer from trainable parameters only: "
-                f"{type(optimizer).__name__}(filter(lambda p: p.requires_grad, self.parameters()), ...).",
+                f"The provided params to be frozen already exist within another group of this optimizer: "
+                f"{len(params) - len(kept)} parameter(s) are skipped. HINT: Did you init your optimizer in "
+                f"`configure_optimizer` as such: {type(optimizer).__name__}(filter(lambda p: p.requires_grad, "
+                "self.parameters()), ...)",
                 stacklevel=2,
             )
         return kept

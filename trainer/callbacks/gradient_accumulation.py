@@ -48,14 +48,16 @@ class GradientAccumulationScheduler(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not pl_module.automatic_optimization:
             raise RuntimeError(
-                "GradientAccumulationScheduler changes automatic gradient accumulation, which manual optimization "
-                "(automatic_optimization=False) does not use: remove the callback, or accumulate in training_step."
+                "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for "
+                "manual optimization (automatic_optimization=False): remove the callback, or accumulate in "
+                "training_step."
             )
         given = trainer.accumulate_grad_batches
         if given != 1 and given != self._set:
             raise MisconfigurationException(
+                f"You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback: "
                 f"Trainer(accumulate_grad_batches={given}) and a GradientAccumulationScheduler both set the "
-                "accumulation: remove accumulate_grad_batches from the Trainer or remove the callback."
+                "accumulation. Either remove `accumulate_grad_batches` from the Trainer or remove the callback."
             )
         from trainer.module import Module
 
@@ -67,7 +69,7 @@ class GradientAccumulationScheduler(Callback):
         if self.going_to_accumulate_grad_batches() and custom:
             warnings.warn(
                 f"{type(pl_module).__name__} overrides optimizer_step/optimizer_zero_grad: with gradient accumulation "
-                "they are called once per optimizer step, not on every batch.",
+                "the hooks will not be called on every batch (rather, they are called on every optimization step).",
                 stacklevel=2,
             )
         self._apply(trainer)

@@ -69,6 +69,7 @@ class LearningRateMonitor(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not trainer.loggers:
             raise MisconfigurationException(
+                "Cannot use `LearningRateMonitor` callback with `Trainer` that has no logger: "
                 "LearningRateMonitor needs a logger to write to, and this Trainer has none (logger=False). "
                 "Pass a logger (e.g. Trainer(logger=True) or a CSVLogger), or remove the callback."
             )
@@ -133,7 +134,8 @@ class LearningRateMonitor(Callback):
         optimizers = [c.scheduler.optimizer for c in trainer.lr_scheduler_configs] or trainer.optimizers
         if any("momentum" not in opt.defaults and "betas" not in opt.defaults for opt in optimizers):
             warnings.warn(
-                "LearningRateMonitor(log_momentum=True): some optimizers have no momentum; 0 is logged for them.",
+                "You have set log_momentum=True, but some optimizers do not have momentum. This will log a value 0 "
+                "for the momentum.",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -165,7 +167,8 @@ class LearningRateMonitor(Callback):
         duplicated = sorted({label for label in labels if labels.count(label) > 1})
         if duplicated:
             raise MisconfigurationException(
-                f"{base}: parameter groups of one optimizer need distinct names; {duplicated} repeat."
+                "A single `Optimizer` cannot have multiple parameter groups with identical `name` values. "
+                f"{base} has duplicated parameter group names {duplicated}: give each group its own name."
             )
         if len(groups) > 1:
             names = [f"{base}/{label}" for label in labels]

@@ -54,7 +54,7 @@ class BasePredictionWriter(Callback):
         choices = [i.value for i in WriteInterval]
         if write_interval not in choices:
             raise MisconfigurationException(
-                f"BasePredictionWriter(write_interval={write_interval!r}): choose one of {choices}."
+                f"BasePredictionWriter(write_interval={write_interval!r}): `write_interval` should be one of {choices}."
             )
         self.interval = WriteInterval(write_interval)
         self._predictions: list[list[Any]] = []

@@ -6,6 +6,7 @@ starting a new one. Global rank zero's clock decides and every rank follows, so 
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from trainer.callbacks.base import Callback
 from trainer.exceptions import MisconfigurationException
 from trainer.flags import as_duration
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -41,7 +44,9 @@ class Timer(Callback):
         verbose: bool = True,
     ) -> None:
         if interval not in ("step", "epoch"):
-            raise MisconfigurationException(f"Timer(interval={interval!r}): choose 'step' or 'epoch'.")
+            raise MisconfigurationException(
+                f"Unsupported parameter value `Timer(interval={interval})`: choose 'step' or 'epoch'."
+            )
         limit = parse_duration(duration)
         self._duration = limit.total_seconds() if limit is not None else None
         self._interval = interval
@@ -131,7 +136,9 @@ class Timer(Callback):
         trainer.should_stop = True
         if self._verbose and trainer.is_global_zero:
             elapsed = timedelta(seconds=int(self.time_elapsed("train")))
-            print(f"steadytrain: time limit reached after {elapsed} of training; stopping.", flush=True)
+            message = f"Time limit reached. Elapsed time is {elapsed}. Signaling Trainer to stop."
+            log.info(message)  # where Lightning's message goes (a script's logging may read it)
+            print(f"steadytrain: {message}", flush=True)
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.checkpoint.kinds import LIGHTNING_NEEDED, LIGHTNING_VERSION
+from trainer.checkpoint.restore import warn_callbacks_missing
 
 if TYPE_CHECKING:
     from trainer.view import TrainerView
@@ -146,13 +147,9 @@ def _callback_states(trainer: TrainerView, saved: dict[str, Any]) -> dict[str, A
         if key is not None:
             states[cb.state_key] = saved[key]
             taken.add(key)
-    left = sorted(set(saved) - taken)
+    left = [key for key in saved if key not in taken]
     if left and trainer.is_global_zero:
-        warnings.warn(
-            f"the Lightning checkpoint holds the state of callbacks this Trainer does not have: {left}; pass them "
-            "to Trainer(callbacks=...) to continue their state (as Lightning asks).",
-            stacklevel=7,  # the user's fit()
-        )
+        warn_callbacks_missing(left, stacklevel=8)  # the user's fit()
     return states
 
 

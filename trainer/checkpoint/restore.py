@@ -78,22 +78,39 @@ class _Callbacks:
         self.trainer, self.source = trainer, source
 
     def state_dict(self) -> dict[str, Any]:
-        return {cb.state_key: cb.state_dict() for cb in self.trainer.callbacks}
+        """The callbacks that have a state (Lightning saves no empty one)."""
+        states = ((cb.state_key, cb.state_dict()) for cb in self.trainer.callbacks)
+        return {key: state for key, state in states if state}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         trainer = self.trainer
-        left = sorted({key for key, state in saved.items() if state} - {cb.state_key for cb in trainer.callbacks})
-        if left and trainer.is_global_zero:  # their state would be lost without a word (Lightning's warning)
-            warnings.warn(
-                "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
-                f"during `Trainer` instantiation. Please add the following callbacks: {left}.",
-                UserWarning,
-                stacklevel=2,
-            )
+        keys = {cb: _saved_key(cb, saved) for cb in trainer.callbacks}
+        left = [key for key, state in saved.items() if state and key not in keys.values()]
+        if left and trainer.is_global_zero:
+            warn_callbacks_missing(left, stacklevel=8)
         for cb in trainer.callbacks:
             cb.on_load_checkpoint(trainer, trainer.lightning_module, self.source.checkpoint)
-            if cb.state_key in saved:
-                cb.load_state_dict(saved[cb.state_key])
+            key = keys[cb]
+            if key is not None and saved[key]:
+                cb.load_state_dict(saved[key])
+
+
+def _saved_key(callback: Any, saved: dict[Any, Any]) -> Any:
+    """The callback's key in ``saved``: its ``state_key``, or the one steadytrain used before it took Lightning's."""
+    for key in (callback.state_key, getattr(callback, "_former_state_key", None)):
+        if key in saved:
+            return key
+    return None
+
+
+def warn_callbacks_missing(keys: list[str], stacklevel: int) -> None:
+    """Lightning's warning: the checkpoint holds the state of callbacks this Trainer was not given."""
+    warnings.warn(
+        "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
+        f"`Trainer` instantiation. Please add the following callbacks: {keys}.",
+        UserWarning,
+        stacklevel=stacklevel,  # the user's fit()
+    )
 
 
 class _OptimizerKinds:
@@ -240,8 +257,25 @@ def _load_own_state(obj: Any, state: dict[str, Any]) -> None:
     obj.load_state_dict(state)
 
 
-def _progress(trainer: TrainerView, source: Source) -> Stateful:
-    return trainer.fit_loop.progress
+class _Progress:
+    """The fit loop's counters; a checkpoint past ``max_epochs`` is refused (Lightning's error)."""
+
+    def __init__(self, trainer: TrainerView, source: Source) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.fit_loop.progress.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.fit_loop.progress.load_state_dict(state)
+        epoch, max_epochs = self.trainer.current_epoch, self.trainer.max_epochs
+        if max_epochs is not None and max_epochs != -1 and epoch > max_epochs:
+            from trainer.exceptions import MisconfigurationException
+
+            raise MisconfigurationException(
+                f"You restored a checkpoint with current_epoch={epoch}, but you have set Trainer(max_epochs="
+                f"{max_epochs}): raise max_epochs above {epoch} to train on, or load the weights alone."
+            )
 
 
 # The registry, in load order within each phase (the order our checkpoints have always loaded in).
@@ -250,7 +284,7 @@ PARTS: tuple[Part, ...] = (
     Part("callbacks", Phase.MODULE, _Callbacks),
     Part("optimizer_kinds", Phase.LOOP, _OptimizerKinds),
     Part("precision", Phase.LOOP, lambda t, s: t.precision_plugin),
-    Part("progress", Phase.LOOP, _progress),
+    Part("progress", Phase.LOOP, _Progress),
     Part("data", Phase.LOOP, _Data),
     Part("ranks", Phase.LOOP, _Ranks),
     Part("datamodule", Phase.LOOP, lambda t, s: _DataModule(t)),
