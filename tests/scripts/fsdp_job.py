@@ -133,12 +133,13 @@ class RecordingIO(TorchCheckpointIO):
         super().save_checkpoint(checkpoint, path, storage_options)
 
 
-def full_weights(fit: trainer.Trainer, module: Net) -> dict[str, torch.Tensor]:
-    if isinstance(fit.strategy, FSDPStrategy):
+def full_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole weights on every rank: DTensors (FSDP, tensor parallel) gathered, plain tensors as they are."""
+    state = module.state_dict()  # its values are DTensors even where SHARD_GRAD_OP left parameters gathered
+    if any(isinstance(v, DTensor) for v in state.values()):
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
         state = get_model_state_dict(module, options=options)
-        return {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {k: v.detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
 def main() -> None:
@@ -224,7 +225,7 @@ def main() -> None:
     else:
         result["predict"] = torch.cat(fit.predict(module, val, ckpt_path=args.resume))  # type: ignore[arg-type]
     result.update(
-        params=full_weights(fit, module),
+        params=full_weights(module),
         losses=module.losses,
         global_step=fit.global_step,
         world_size=fit.world_size,

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer
+from tests.scripts.fsdp_job import SaveAt, full_weights
 from trainer.strategies import ModelParallelStrategy
 
 GLOBAL_BATCH = 8
@@ -72,26 +72,6 @@ class Net(trainer.Module):
 
     def configure_optimizers(self) -> Any:
         return torch.optim.AdamW(self.parameters(), lr=0.02, weight_decay=0.1)
-
-
-class SaveAt(trainer.Callback):
-    """Save a checkpoint after global step ``step`` (mid-epoch)."""
-
-    def __init__(self, step: int, path: Path) -> None:
-        self.step, self.path = step, path
-
-    def on_train_batch_end(self, trainer: trainer.Trainer, module: Any, outputs: Any, batch: Any, i: int) -> None:
-        if trainer.global_step == self.step and not self.path.exists():
-            trainer.save_checkpoint(self.path)
-
-
-def full_weights(module: Net) -> dict[str, torch.Tensor]:
-    if any(isinstance(p, DTensor) for p in module.parameters()):
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-        state = get_model_state_dict(module, options=options)
-    else:
-        state = module.state_dict()
-    return {k: v.detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
 def main() -> None:
