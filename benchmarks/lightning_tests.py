@@ -26,7 +26,8 @@ Every test that passes under Lightning and not ported is classed (``classify``):
 The interpreter needs torch, lightning and steadytrain's dependencies, plus what Lightning's tests import
 (``pip install cloudpickle scikit-learn pandas``). Writes ``summary.json`` and ``report.md`` under ``--out``;
 ``--guide`` rewrites the migration guide's generated parts (what a port cannot find, the tests that show each
-documented difference) from the run in ``--out`` (benchmarks/lightning_guide.py).
+documented difference) from the run in ``--out`` (benchmarks/lightning_guide.py); ``--reclassify`` classes the
+run in ``--out`` again with today's rules, without running a test.
 """
 
 from __future__ import annotations
@@ -262,6 +263,26 @@ def run_side(root: Path, files: list[str], out: Path, jobs: int, timeout: float,
         return dict(pool.map(one, files))
 
 
+def write_results(out: Path, rows: dict) -> None:
+    summary = summarize(rows)
+    (out / "summary.json").write_text(json.dumps({"summary": summary, "tests": rows}, indent=1))
+    (out / "report.md").write_text(report(rows, summary))
+    print(report(rows, summary).split("## ")[0])
+    print(f"lightning_tests: {out / 'report.md'}; {len(DIFFERENCES)} documented differences known")
+
+
+def reclassify(checkout: Path, ref: str | None, out: Path) -> None:
+    """The last run in ``out`` (its Lightning cache and ported junit files) classed again with today's rules, so a
+    change to the classes or to ``DIFFERENCES`` shows without running the tests again."""
+    known = json.loads((out / "lightning.json").read_text())
+    lightning = {f: {n: Outcome(**o) for n, o in r.items()} for f, r in known.items()}
+    xml = out / "xml" / "ported"
+    ported = {f: outcomes(xml / (f.replace("/", "__") + ".xml"), f) for f in lightning}
+    with tempfile.TemporaryDirectory(prefix="lightning_tests_") as work:
+        tests = lightning_tests(checkout, ref, Path(work))
+        write_results(out, compare(lightning, ported, tests.parent))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lightning", type=Path, help="a checkout of Lightning's repository")
@@ -274,6 +295,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the Lightning side's results from --out")
     parser.add_argument("--prepare", type=Path, help="only write the two trees into this folder, to run by hand")
     parser.add_argument("--guide", action="store_true", help="rewrite the migration guide's parts from --out's run")
+    parser.add_argument(
+        "--reclassify", action="store_true", help="class --out's last run again (its junit files) with today's rules"
+    )
     args = parser.parse_args()
     if args.guide:
         from benchmarks.lightning_guide import write_guide
@@ -283,6 +307,9 @@ def main() -> None:
     if args.lightning is None:
         parser.error("--lightning PATH is required (a checkout of Lightning's repository), unless --guide")
 
+    if args.reclassify:
+        reclassify(args.lightning, args.ref, args.out)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.prepare or Path(tempfile.mkdtemp(prefix="lightning_tests_"))
     for side in ("lightning", "ported"):
@@ -310,12 +337,7 @@ def main() -> None:
     cache.write_text(json.dumps(known))
     ported = run_side(work / "ported", files, args.out / "xml" / "ported", args.jobs, args.timeout, True)
 
-    rows = compare(lightning, ported, work / "ported")
-    summary = summarize(rows)
-    (args.out / "summary.json").write_text(json.dumps({"summary": summary, "tests": rows}, indent=1))
-    (args.out / "report.md").write_text(report(rows, summary))
-    print(report(rows, summary).split("## ")[0])
-    print(f"lightning_tests: {args.out / 'report.md'}; {len(DIFFERENCES)} documented differences known")
+    write_results(args.out, compare(lightning, ported, work / "ported"))
     shutil.rmtree(work, ignore_errors=True)
 
 

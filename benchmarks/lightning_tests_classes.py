@@ -191,7 +191,12 @@ PRIVATE_ATTRIBUTE = re.compile(
     r"|self\.trainer|accelerator|precision_plugin|profiler)\._[a-z]\w*"
 )
 CAPTURED_LOGGER = re.compile(r"""logger=["']lightning\.""")
-PATCHED_PATH = re.compile(r"""patch(?:\.object|\.dict)?\(\s*["']lightning\.""")
+PATCHED_PATH = re.compile(r"""patch(?:\.object|\.dict|\.multiple)?\(\s*["']lightning\.""")
+# A private attribute patched on an object or module (``patch.object(callback, "_evaluate_stopping_criteria")``,
+# ``monkeypatch.setattr(imports, "_RICH_AVAILABLE", False)``): the test switches Lightning's code path from inside.
+PATCHED_PRIVATE = re.compile(r"""(?:patch\.object|patch\.multiple|monkeypatch\.setattr)\(\s*[\w.]+\s*,\s*["'](_\w+)""")
+# A private class of Lightning's that the test builds or calls itself (``_DataLoaderSource(...)``).
+PRIVATE_CLASS = re.compile(r"\b(_[A-Z][a-z]\w*)\(")
 # conftest.py's fixtures that patch Lightning's device counts (cuda_count_2, mps_count_0, ...): a test using one
 # runs on devices Lightning pretends to have, which steadytrain never sees.
 MOCKED_DEVICES = re.compile(
@@ -203,7 +208,10 @@ MOCK_CALL = re.compile(r"\bmock_(?:cuda|mps)_count\(|\bmock_xla_available\(")
 DEVICE_ERROR = re.compile(r"(?i)\b(?:cuda|mps|xla|tpu)")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
-MISSING_ATTRIBUTE = re.compile(r"AttributeError: '?(\w+)'? object has no attribute '(\w+)'")
+MISSING_ATTRIBUTE = re.compile(
+    r"AttributeError: (?:type object )?'?(\w+)'? (?:object )?has no attribute '(\w+)'"
+    r"|AttributeError: <[\w.]*?(\w+) object at \w+> does not have the attribute '(\w+)'"
+)
 
 
 def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
@@ -218,24 +226,37 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
         return "import", match[1]
     failing = failing_lines(text, test_file.name)
     if match := MISSING_ATTRIBUTE.search(text):
-        owner, attribute = match.groups()
+        owner, attribute = (group for group in match.groups() if group is not None)
         if attribute.startswith("_") or INTERNAL_NAMES.search(attribute):
             return "internals", f"{owner}.{attribute}"
     if "/lightning/pytorch/" in text:
         return "internals", "Lightning's own code ran in the failing call (an internal the test imports)"
-    if reason := _reaches_internals(test_source(test_file, test_id), failing, text):
+    if reason := _reaches_internals(test_source(test_file, test_id), failing, text, _read(test_file)):
         return "internals", reason
     return "public", last_error(text)
 
 
-def _reaches_internals(source: str, failing: str, text: str) -> str | None:
-    """Why the failing line or the test's source reaches Lightning's internals, if it does."""
+def _read(test_file: Path) -> str:
+    try:
+        return test_file.read_text()
+    except OSError:
+        return ""
+
+
+def _reaches_internals(source: str, failing: str, text: str, file_text: str = "") -> str | None:
+    """Why the failing line or the test's source reaches Lightning's internals, if it does (``file_text``: the
+    whole test file, where the test's own private helper classes are defined)."""
     if reached := INTERNAL_NAMES.search(failing) or PRIVATE_ATTRIBUTE.search(failing):
         return f"the failing line reaches `{reached[0]}`"
     if CAPTURED_LOGGER.search(source):
         return "reads log records of Lightning's module loggers (caplog's logger='lightning....')"
     if PATCHED_PATH.search(source):
         return "patches a Lightning module path by string"
+    if patched := PATCHED_PRIVATE.search(source):
+        return f"patches a private attribute of Lightning's (`{patched[1]}`)"
+    own = set(re.findall(r"^\s*class (_\w+)", file_text, re.MULTILINE))
+    if built := next((m[1] for m in PRIVATE_CLASS.finditer(source) if m[1] not in own), None):
+        return f"uses Lightning's private class `{built}`"
     if MOCKED_DEVICES.search(source.replace("\n", " ")):
         return "runs on devices Lightning's fixtures pretend to have (cuda_count_N, mps_count_N, ...)"
     if MOCK_CALL.search(source) and DEVICE_ERROR.search(last_error(text)):

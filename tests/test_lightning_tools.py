@@ -334,3 +334,31 @@ def test_the_harness_classes_each_kind_of_failure(tmp_path: Path) -> None:
     assert classify("x.test_x::test_value", "E   assert 1000 == 3", test_file) == ("public", "assert 1000 == 3")
     saved = "checkpointing.test_model_checkpoint::test_model_checkpoint_every_n_epochs[0]"
     assert classify(saved, "E   assert {'last.ckpt'} == set()", test_file)[0] == "difference"
+
+
+def test_the_harness_classes_private_patches_and_classes_as_internals(tmp_path: Path) -> None:
+    """A test that switches Lightning's code path from inside (a private attribute patched, a private class of
+    Lightning's built) is internals; a private helper class the test file defines itself is not."""
+    from benchmarks.lightning_tests_classes import classify
+
+    test_file = tmp_path / "test_x.py"
+    test_file.write_text(
+        "class _OwnIter(object):\n    pass\n\n"
+        "def test_flag(monkeypatch):\n    monkeypatch.setattr(imports, '_RICH_AVAILABLE', False)\n    Bar()\n\n"
+        "def test_connector():\n    connector = _AcceleratorConnector(precision='16-mixed')\n    assert False\n\n"
+        "def test_own():\n    it = _OwnIter()\n    assert it is None\n"
+    )
+    failed = "E   Failed: DID NOT RAISE ModuleNotFoundError"
+    assert classify("x.test_x::test_flag", failed, test_file) == (
+        "internals",
+        "patches a private attribute of Lightning's (`_RICH_AVAILABLE`)",
+    )
+    assert classify("x.test_x::test_connector", "E   assert False", test_file) == (
+        "internals",
+        "uses Lightning's private class `_AcceleratorConnector`",
+    )
+    assert classify("x.test_x::test_own", "E   assert None is None", test_file)[0] == "public"
+    mocked = "E   AttributeError: <x.EarlyStopping object at 0x7f45> does not have the attribute '_evaluate'"
+    assert classify("x.test_x::test_own", mocked, test_file) == ("internals", "EarlyStopping._evaluate")
+    type_attr = "E   AttributeError: type object 'ModelCheckpoint' has no attribute '_link_checkpoint'"
+    assert classify("x.test_x::test_own", type_attr, test_file) == ("internals", "ModelCheckpoint._link_checkpoint")
