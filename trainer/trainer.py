@@ -642,10 +642,8 @@ class Trainer:
             datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
         self.state.read_with(weights_only)
         args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
-        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's weights and state come back here
-            self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
-            return
-        self.fit_loop.run(*args)
+        # ddp_spawn/ddp_fork: the launcher runs the stage on its ranks; rank 0's results, weights and state come back
+        self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
 
     def validate(
         self,
@@ -657,13 +655,7 @@ class Trainer:
         weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over every sample once; returns each loader's epoch metrics."""
-        from trainer.loops.stages import evaluate
-
-        self.state.read_with(weights_only)
-        args: tuple[Any, ...] = (self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
-        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
-        return evaluate(*args)
+        return self._evaluate("validation", model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def test(
         self,
@@ -675,13 +667,26 @@ class Trainer:
         weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over every sample once; returns each loader's epoch metrics."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
+
+    def _evaluate(
+        self,
+        stage: Literal["validation", "test"],
+        model: Module | None,
+        dataloaders: Any,
+        ckpt_path: str | os.PathLike[str] | None,
+        verbose: bool,
+        datamodule: DataModule | None,
+        weights_only: bool | None,
+    ) -> list[dict[str, float]]:
         from trainer.loops.stages import evaluate
 
         self.state.read_with(weights_only)
-        args: tuple[Any, ...] = (self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
-        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
-        return evaluate(*args)
+        args = (self, stage, model, dataloaders, ckpt_path, verbose, datamodule)
+        results: list[dict[str, float]] = self.strategy.launch(
+            self, evaluate, *args, module=model, datamodule=datamodule
+        )
+        return results
 
     def predict(
         self,
@@ -697,10 +702,9 @@ class Trainer:
         from trainer.loops.stages import predict
 
         self.state.read_with(weights_only)
-        args: tuple[Any, ...] = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
-        if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
-        return predict(*args)
+        args = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
+        predictions: list[Any] | None = self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
+        return predictions
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Collective: every rank must call it; global rank zero writes the file atomically.
