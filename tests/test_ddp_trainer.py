@@ -36,6 +36,7 @@ def assert_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float) -> N
         assert torch.allclose(x, y, atol=atol, rtol=0), f"max difference {(x - y).abs().max().item()}"
 
 
+@pytest.mark.slow  # 10-16 s end to end on 2 cores: moved out of the 6-minute default run
 def test_ddp_two_ranks_match_one_device_with_the_global_batch(tmp_path: Path) -> None:
     ddp = job(tmp_path, "parity")
     single = job(tmp_path, "parity", "single")

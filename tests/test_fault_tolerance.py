@@ -186,6 +186,7 @@ def test_sigterm_to_the_whole_process_group_spares_dataloader_workers(
     assert_same(final_params(tmp_path), reference)
 
 
+@pytest.mark.slow  # 10-16 s end to end on 2 cores: moved out of the 6-minute default run
 def test_ctrl_c_saves_interrupted_checkpoint_and_reraises(tmp_path: Path, reference: list[torch.Tensor]) -> None:
     proc = start(tmp_path, "--sleep", "0.02")
     wait_for(tmp_path / "ckpts" / "last.ckpt")

@@ -139,6 +139,7 @@ def test_unet_fit_prints_a_summary_whose_files_exist(unet_fit: tuple[Path, str])
     assert len(list((tmp / "carvana" / "imgs").iterdir())) == 24
 
 
+@pytest.mark.slow  # 10-16 s end to end on 2 cores: moved out of the 6-minute default run
 def test_unet_fit_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     run_in_process(unet_carvana.main, ["fit", *unet_args(tmp_path, "--trainer.max_epochs", "1")], tmp_path)

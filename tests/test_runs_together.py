@@ -57,6 +57,7 @@ def assert_own_files(folder: Path, results: list[dict[str, Any]]) -> None:
     assert not [p for p in files if p.suffix == ".ckpt" and p.stat().st_size == 0]  # no placeholders
 
 
+@pytest.mark.slow  # 10-16 s end to end on 2 cores: moved out of the 6-minute default run
 def test_runs_started_together_each_keep_their_own_files(tmp_path: Path) -> None:
     results = sweep(tmp_path, 4)
     assert sorted(r["log_dir"] for r in results) == [f"runs/lightning_logs/version_{n}" for n in range(4)]

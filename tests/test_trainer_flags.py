@@ -258,7 +258,7 @@ def test_an_unknown_precision_names_the_valid_ones(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("precision", [None, "32-true", 32])
 def test_precision_none_is_lightnings_default_32_true(tmp_path: Path, precision: Any) -> None:
-    t = quiet(tmp_path, precision=precision)
+    t = quiet(tmp_path, precision=precision, max_epochs=1)
     assert t.precision == "32-true"  # Lightning's string; the plug-in is precision_plugin
     module = Regressor()
     t.fit(module, loader(regression_data(n=16), batch_size=8))
