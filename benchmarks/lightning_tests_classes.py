@@ -206,6 +206,10 @@ MOCKED_DEVICES = re.compile(
 # The same helpers called in a test's body: internals when the failure is about that device.
 MOCK_CALL = re.compile(r"\bmock_(?:cuda|mps)_count\(|\bmock_xla_available\(")
 DEVICE_ERROR = re.compile(r"(?i)\b(?:cuda|mps|xla|tpu)")
+# conftest's fakes of a third-party package (mlflow_mock, wandb_mock, ...) hold only the modules Lightning's code
+# imports from it; ours imports others ("'mlflow' is not a package", "from 'entities' (unknown location)").
+FAKED_PACKAGE = re.compile(r"def \w+\([^)]*\b(\w+)_mock\b")
+FAKE_IMPORT_ERROR = re.compile(r"is not a package|\(unknown location\)")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_ATTRIBUTE = re.compile(
@@ -219,6 +223,9 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
     for pattern, (reason, section) in DIFFERENCES.items():
         if re.search(pattern, test_id):
             return "difference", f"{reason} (migration guide: {section})"
+    faked = FAKED_PACKAGE.search(test_source(test_file, test_id).replace("\n", " "))
+    if faked and FAKE_IMPORT_ERROR.search(text):
+        return "internals", f"the test's {faked[1]}_mock fakes only the {faked[1]} modules Lightning's code imports"
     if match := MISSING_NAME.search(text):
         name, module = match.groups()
         return ("internals" if name.startswith("_") else "import"), f"{module}.{name}"

@@ -362,3 +362,16 @@ def test_the_harness_classes_private_patches_and_classes_as_internals(tmp_path: 
     assert classify("x.test_x::test_own", mocked, test_file) == ("internals", "EarlyStopping._evaluate")
     type_attr = "E   AttributeError: type object 'ModelCheckpoint' has no attribute '_link_checkpoint'"
     assert classify("x.test_x::test_own", type_attr, test_file) == ("internals", "ModelCheckpoint._link_checkpoint")
+
+
+def test_the_harness_classes_a_fixtures_faked_package_as_internals(tmp_path: Path) -> None:
+    """conftest's mlflow_mock holds only the mlflow modules Lightning imports: an import of another one is not a
+    name a port misses."""
+    from benchmarks.lightning_tests_classes import classify
+
+    test_file = tmp_path / "test_x.py"
+    test_file.write_text("def test_exists(mlflow_mock, tmp_path):\n    MLFlowLogger('x').experiment\n")
+    faked = "E   ModuleNotFoundError: No module named 'mlflow.utils'; 'mlflow' is not a package"
+    assert classify("x.test_x::test_exists", faked, test_file)[0] == "internals"
+    real = "E   ModuleNotFoundError: No module named 'trainer.loggers.neptune'"
+    assert classify("x.test_x::test_exists", real, test_file) == ("import", "trainer.loggers.neptune")
