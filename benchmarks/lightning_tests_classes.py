@@ -199,8 +199,10 @@ PATCHED_PRIVATE = re.compile(r"""(?:patch\.object|patch\.multiple|monkeypatch\.s
 PRIVATE_CLASS = re.compile(r"\b(_[A-Z][a-z]\w*)\(")
 # conftest.py's fixtures that patch Lightning's device counts (cuda_count_2, mps_count_0, ...): a test using one
 # runs on devices Lightning pretends to have, which steadytrain never sees.
+# cuda_count_0/mps_count_0 pretend nothing (this CPU machine has no such device): a test using only those is a CPU
+# test like any other.
 MOCKED_DEVICES = re.compile(
-    r"def \w+\([^)]*\b(?:cuda_count_\d|mps_count_\d|mock_cuda_count|mock_mps_count|xla_available"
+    r"def \w+\([^)]*\b(?:cuda_count_[1-9]|mps_count_[1-9]|mock_cuda_count|mock_mps_count|xla_available"
     r"|tpu_available)\b"
 )
 # The same helpers called in a test's body: internals when the failure is about that device.

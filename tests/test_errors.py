@@ -519,3 +519,11 @@ def test_a_checkpoint_is_never_written_from_weights_a_held_back_nonfinite_loss_m
     last = torch.load(tmp_path / "ckpts" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 7  # saved after step 7's step (whose loss was still finite): before the NaN one
     assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
+
+
+def test_gpu_without_a_gpu_says_so_in_lightnings_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """accelerator='gpu' on a machine with neither CUDA nor MPS: Lightning's error and type, and the flag to use."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(trainer.exceptions.MisconfigurationException, match=r"No supported gpu backend found!.*'cpu'"):
+        trainer.Trainer(accelerator="gpu", devices=1, logger=False)

@@ -34,7 +34,12 @@ def resolve_accelerator(accelerator: str | Accelerator) -> str:
         )
     accelerator = accelerator.lower()
     if accelerator == "gpu":
-        accelerator = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cuda"
+        if not (torch.cuda.is_available() or torch.backends.mps.is_available()):
+            raise MisconfigurationException(
+                "No supported gpu backend found! accelerator='gpu' was asked for, but torch sees no CUDA device and "
+                "no MPS device here; use accelerator='cpu' (or 'auto', which takes a GPU where there is one)."
+            )
+        accelerator = "cuda" if torch.cuda.is_available() else "mps"
     if accelerator == "auto":
         if torch.cuda.is_available():
             return "cuda"
