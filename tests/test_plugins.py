@@ -77,6 +77,27 @@ def test_async_checkpoint_io_writes_in_the_background_and_the_file_holds_the_wei
         assert torch.equal(state[name], value), name  # written whole after fit returned (teardown waited)
 
 
+def test_save_checkpoint_storage_options_reach_the_checkpoint_io(tmp_path: Path) -> None:
+    """Lightning's ``trainer.save_checkpoint(path, storage_options=...)``: a CheckpointIO of the user's gets them; the
+    default one and a sharded strategy (DCP writes its shards itself) refuse them with a TypeError naming them."""
+
+    class OptionsIO(RecordingIO):
+        def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
+            self.calls.append(("options", repr(storage_options), ""))
+            super().save_checkpoint(checkpoint, path)
+
+    io = OptionsIO()
+    t, _ = fit_with(tmp_path, [io])
+    t.save_checkpoint(tmp_path / "x.ckpt", storage_options={"acl": "private"})
+    assert ("options", "{'acl': 'private'}", "") in io.calls and (tmp_path / "x.ckpt").is_file()
+    plain, _ = fit_with(tmp_path / "plain", None)
+    with pytest.raises(TypeError, match="storage_options"):
+        plain.save_checkpoint(tmp_path / "y.ckpt", storage_options={"acl": "private"})
+    assert not (tmp_path / "y.ckpt").exists()
+    with pytest.raises(TypeError, match=r"FSDPStrategy.*does not use the `CheckpointIO`.*acl"):
+        trainer.strategies.FSDPStrategy().save_checkpoint({}, tmp_path / "z", storage_options={"acl": "private"})
+
+
 def test_a_checkpoint_io_given_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MisconfigurationException, match="multiple values for CheckpointIO"):
         quiet(tmp_path, plugins=[TorchCheckpointIO(), AsyncCheckpointIO()])

@@ -706,7 +706,9 @@ class Trainer:
         predictions: list[Any] | None = self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
         return predictions
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
+    def save_checkpoint(
+        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+    ) -> None:
         """Collective: every rank must call it; global rank zero writes the file atomically.
 
         During fit a non-finite loss the accelerator has not reported yet is read first: the error
@@ -721,4 +723,4 @@ class Trainer:
             )
         if self.state.running_now and self.state.fn == "fit" and self.fit_loop.step is not None:
             self.fit_loop.step.check_nonfinite()
-        self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath))
+        self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath), storage_options)

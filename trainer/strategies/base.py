@@ -291,10 +291,14 @@ class Strategy(ABC):
 
         load_weights(module, checkpoint, strict=getattr(module, "strict_loading", True))
 
-    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
-        """Collective: every rank built the same checkpoint; global rank zero writes it atomically."""
+    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path, storage_options: Any = None) -> None:
+        """Collective: every rank built the same checkpoint; global rank zero writes it atomically (``storage_options``
+        go to the CheckpointIO: a custom one may use them; the default refuses them)."""
         if self.is_global_zero:
-            self.checkpoint_io.save_checkpoint(dict(checkpoint), path)
+            if storage_options is None:  # a CheckpointIO written for Lightning may take two arguments only
+                self.checkpoint_io.save_checkpoint(dict(checkpoint), path)
+            else:
+                self.checkpoint_io.save_checkpoint(dict(checkpoint), path, storage_options=storage_options)
         self.barrier()
 
     def load_checkpoint(self, path: Path, weights_only: bool | None = True) -> dict[str, Any]:

@@ -92,8 +92,13 @@ class DTensorStrategy(ParallelStrategy):
         weights = strip_prefixes(extract_state_dict(checkpoint))
         set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True))
 
-    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path) -> None:
+    def save_checkpoint(self, checkpoint: Mapping[str, Any], path: Path, storage_options: Any = None) -> None:
         """A DCP directory with each rank's shards (collective), or one gathered file written by rank 0."""
+        if storage_options is not None:  # Lightning's error: DCP writes the shards, not a CheckpointIO
+            raise TypeError(
+                f"`{type(self).__name__}.save_checkpoint(..., storage_options=...)` is not supported because "
+                f"`{type(self).__name__}` does not use the `CheckpointIO` (got storage_options={storage_options!r})."
+            )
         if self.full_state:
             return super().save_checkpoint(checkpoint, path)
         sharded.save_sharded(dict(checkpoint), path, self, async_save=self.async_save)
