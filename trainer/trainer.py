@@ -577,9 +577,13 @@ class Trainer:
     @contextlib.contextmanager
     def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
         """Build the module under this context: its tensors are made on the strategy's device, in the precision's
-        dtype for the "-true" precisions (``empty_init`` is Lightning's flag: it has no effect here, weights are
-        always initialised). FSDP shards only in ``configure_model``."""
+        dtype for the "-true" precisions. With ``empty_init=True`` under FSDP or ModelParallelStrategy they are made
+        on the meta device (no memory): the strategy gives each rank its shards' memory once it has sharded them
+        and runs each layer's ``reset_parameters()``, so a model larger than one process's memory can be built.
+        (Elsewhere ``empty_init`` has no effect: weights are always initialised.)"""
         device = self.strategy.root_device if self.strategy.name == "single" else torch.device("cpu")
+        if empty_init and self.strategy.builds_on_meta:
+            device = torch.device("meta")
         half = self.precision_plugin.name in ("16-true", "bf16-true")
         dtype = getattr(self.precision_plugin, "dtype", None) if half else None
         before = torch.get_default_dtype()

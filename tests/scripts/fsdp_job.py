@@ -4,7 +4,7 @@
                        [--save-at STEP] [--resume CKPT] [--full-state] [--async-save] [--top-k K]
                        [--hybrid] [--ac] [--offload] [--precision P] [--configure-model] [--stage fit|validate|predict]
                        [--wrap-policy] [--ac-policy] [--sharding-strategy S] [--mesh R,S] [--checkpoint-io]
-                       [--no-shuffle]
+                       [--no-shuffle] [--empty-init]
 
 Rank r writes ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step, and what the
 strategy's options did (which submodules FSDP wrapped, Linear forward calls, the mesh, whether a sharded layer's
@@ -142,6 +142,21 @@ def full_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
+def callbacks(args: argparse.Namespace) -> list[trainer.Callback]:
+    chosen: list[trainer.Callback] = []
+    if args.save_at:
+        chosen.append(SaveAt(args.save_at, args.out / f"{args.tag}-step{args.save_at}.ckpt"))
+    if args.top_k:
+        chosen.append(
+            trainer.ModelCheckpoint(
+                dirpath=args.out / "ckpts", monitor="val_loss", save_top_k=args.top_k, save_last=True
+            )
+        )
+    if args.schedule:
+        chosen.append(trainer.callbacks.GradientAccumulationScheduler({1: 3}))
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -168,6 +183,7 @@ def main() -> None:
     parser.add_argument("--mesh", default=None, help="device_mesh as R,S")
     parser.add_argument("--checkpoint-io", action="store_true", help="a CheckpointIO that notes its writes")
     parser.add_argument("--no-shuffle", action="store_true", help="in order: 2x4 samples are 1x8's batch")
+    parser.add_argument("--empty-init", action="store_true", help="build under init_module(empty_init=True)")
     args = parser.parse_args()
     torch.manual_seed(0)
     strategy: Any = args.strategy
@@ -188,18 +204,6 @@ def main() -> None:
             activation_checkpointing={torch.nn.Linear} if args.ac else (),
             cpu_offload=args.offload,
         )
-    module = (ManualNet if args.manual else ShardsItself if args.configure_model else Net)(args.dropout)
-    callbacks: list[trainer.Callback] = []
-    if args.save_at:
-        callbacks.append(SaveAt(args.save_at, args.out / f"{args.tag}-step{args.save_at}.ckpt"))
-    if args.top_k:
-        callbacks.append(
-            trainer.ModelCheckpoint(
-                dirpath=args.out / "ckpts", monitor="val_loss", save_top_k=args.top_k, save_last=True
-            )
-        )
-    if args.schedule:
-        callbacks.append(trainer.callbacks.GradientAccumulationScheduler({1: 3}))
     fit = trainer.Trainer(
         accelerator="cpu",
         precision=args.precision,
@@ -212,8 +216,11 @@ def main() -> None:
         enable_progress_bar=False,
         enable_checkpointing=bool(args.top_k),
         enable_model_summary=False,
-        callbacks=callbacks,
+        callbacks=callbacks(args),
     )
+    with fit.init_module(empty_init=args.empty_init):
+        module = (ManualNet if args.manual else ShardsItself if args.configure_model else Net)(args.dropout)
+    built_on_meta = all(p.is_meta for p in module.parameters())
     per_rank = 8 // args.devices
     train = DataLoader(data(64, 0), batch_size=per_rank, shuffle=not args.no_shuffle)
     val = DataLoader(data(20, 1), batch_size=per_rank)
@@ -233,6 +240,8 @@ def main() -> None:
         wrapped=[name for name, m in module.named_modules() if isinstance(m, FSDPModule)],
         linear_calls=module.linear_calls,
         gathered_after_forward=module.gathered_after_forward,
+        built_on_meta=built_on_meta,
+        meta_left=[n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta],
     )
     if isinstance(fit.strategy, FSDPStrategy):
         result["mesh"] = tuple(fit.strategy.device_mesh().shape)

@@ -1,11 +1,12 @@
 """ModelParallelStrategy scenarios for tests/strategies/test_model_parallel.py (self-launched CPU ranks on gloo).
 
     python model_parallel_job.py OUT TAG [--devices N] [--num-nodes M] [--dp D] [--tp T] [--single] [--full-state]
-                                 [--save-at STEP] [--resume CKPT] [--steps S]
+                                 [--save-at STEP] [--resume CKPT] [--steps S] [--empty-init]
 
 ``configure_model`` splits a SwiGLU feed-forward block across the tensor-parallel group (ColwiseParallel w1/w2,
 RowwiseParallel w3), and with ``--dp`` > 1 shards it over the data-parallel dimension (``fully_shard``).
-``--single`` trains the same module on one device without any parallelism. Rank r writes
+``--single`` trains the same module on one device without any parallelism; ``--empty-init`` builds it under
+``trainer.init_module(empty_init=True)`` (on the meta device: each rank's shards get memory in setup). Rank r writes
 ``OUT/<TAG>-rank<r>.pt``: the full weights (by name), the losses, the global step, the mesh it saw.
 """
 
@@ -74,6 +75,11 @@ class Net(trainer.Module):
         return torch.optim.AdamW(self.parameters(), lr=0.02, weight_decay=0.1)
 
 
+def local_numel(tensor: torch.Tensor) -> int:
+    """Elements this rank holds: its shard of a DTensor."""
+    return tensor.to_local().numel() if isinstance(tensor, DTensor) else tensor.numel()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -87,6 +93,7 @@ def main() -> None:
     parser.add_argument("--save-at", type=int, default=0)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--empty-init", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     size = {k: v if v == "auto" else int(v) for k, v in (("dp", args.dp), ("tp", args.tp))}
@@ -114,7 +121,9 @@ def main() -> None:
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    module = Net()
+    with fit.init_module(empty_init=args.empty_init):
+        module = Net()
+    built_on_meta = all(p.is_meta for p in module.parameters())
     replicas = 1 if args.single else fit.strategy.distributed_sampler_kwargs["num_replicas"]
     train = DataLoader(data(64, 0), batch_size=GLOBAL_BATCH // replicas, shuffle=True)
     fit.fit(module, train, ckpt_path=args.resume)
@@ -124,6 +133,9 @@ def main() -> None:
         "global_step": fit.global_step,
         "world_size": fit.world_size,
         "mesh": module.mesh,
+        "built_on_meta": built_on_meta,
+        "local_numel": {n: local_numel(p) for n, p in module.named_parameters()},
+        "meta_left": [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta],
     }
     torch.save(result, args.out / f"{args.tag}-rank{fit.global_rank}.pt")
 

@@ -51,6 +51,31 @@ def test_shard_plan_takes_large_submodules_innermost_first() -> None:
     assert size_plan(root, 1000) == []
 
 
+def test_empty_init_builds_on_the_meta_device_only_where_a_strategy_gives_it_memory() -> None:
+    """Under FSDP the module has shapes and no memory until setup; elsewhere empty_init changes nothing. materialize
+    runs reset_parameters() and names a layer that has none (its memory stays uninitialised)."""
+    import trainer
+    from trainer.strategies.meta_init import has_meta_tensors, materialize
+
+    sharded = trainer.Trainer(strategy="fsdp", accelerator="cpu", devices=2, logger=False)
+    with sharded.init_module(empty_init=True):
+        model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    assert has_meta_tensors(model) and sharded.strategy.loads_weights_after_setup(model)
+    with trainer.Trainer(accelerator="cpu", devices=1, logger=False).init_module(empty_init=True):
+        eager = nn.Linear(3, 4)
+    assert not has_meta_tensors(eager) and eager.weight.abs().sum() > 0
+
+    class NoReset(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.empty(2, device="meta"))
+
+    model.append(NoReset())
+    with pytest.warns(UserWarning, match="uninitialized memory because .* `reset_parameters\\(\\)`.*: NoReset"):
+        materialize(model, torch.device("cpu"))
+    assert not has_meta_tensors(model) and torch.equal(model[1].weight, torch.ones(4))  # LayerNorm reset
+
+
 def _checkpoint() -> tuple[nn.Module, torch.optim.Optimizer, dict[str, Any]]:
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -322,3 +347,21 @@ def test_sharding_strategies_lay_parameters_out_as_named_with_one_devices_math(
     if "--checkpoint-io" in args:  # the user's CheckpointIO wrote the full checkpoint, once (rank 0)
         assert (tmp_path / f"{tag}-io.txt").read_text() == f"{tag}-step3.ckpt\n"
         assert (tmp_path / f"{tag}-step3.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_a_model_built_on_the_meta_device_is_sharded_then_given_memory(tmp_path: Path) -> None:
+    """trainer.init_module(empty_init=True) under FSDP: built on the meta device, sharded, then each rank's shards get
+    memory and reset_parameters(); a checkpoint's weights load after that, in fit (a bitwise resume) and in validate
+    (the checkpoint's weights, not fresh ones)."""
+    meta = job(tmp_path, "meta", "--empty-init", "--save-at", "3")
+    assert meta[0]["built_on_meta"] and meta[0]["meta_left"] == [] and meta[0]["local_share"] == 0.5
+    losses = meta[0]["losses"]
+    assert max_diff(meta[0], meta[1]) == 0 and losses[-1] < losses[0] < 10  # one model; each rank its own batches
+    resumed = job(tmp_path, "resumed", "--empty-init", "--resume", "meta-step3.ckpt")
+    assert resumed[0]["built_on_meta"] and max_diff(resumed[0], meta[0]) == 0
+    assert resumed[0]["losses"] == losses[-len(resumed[0]["losses"]) :]
+    validated = job(tmp_path, "validated", "--empty-init", "--stage", "validate", "--resume", "meta-step3.ckpt")
+    saved = load_sharded(tmp_path / "meta-step3.ckpt")["state_dict"]
+    assert validated[0]["built_on_meta"] and validated[0]["params"].keys() == saved.keys()
+    assert all(torch.equal(validated[0]["params"][k], saved[k]) for k in saved)

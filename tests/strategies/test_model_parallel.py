@@ -6,6 +6,7 @@ ranks on gloo through ``tests/scripts/model_parallel_job.py`` and compare with o
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,18 @@ def test_two_by_two_on_four_ranks_matches_one_device(tmp_path: Path) -> None:
     assert sorted(grid) == [0, 1, 2, 3] and grid[0]["mesh"] == [["data_parallel", "tensor_parallel"], [2, 2]]
     assert grid[0]["losses"] == grid[1]["losses"] != grid[2]["losses"]  # a replica's two ranks read one batch
     assert all(max_diff(grid[r], single[0]) < 1e-6 for r in grid)
+
+
+@pytest.mark.slow
+def test_a_model_built_on_the_meta_device_gets_its_shards_and_resumes_exactly(tmp_path: Path) -> None:
+    """trainer.init_module(empty_init=True): the module is built on the meta device (no memory), each rank gets
+    memory for its shards only once configure_model parallelized it, reset_parameters() initialises them, and a
+    checkpoint's weights load after that (a resume continues bitwise, its weights not re-initialised)."""
+    meta = results(tmp_path, "meta", run(tmp_path, "meta", "--empty-init", "--save-at", "3"))
+    assert meta[0]["built_on_meta"] and meta[0]["meta_left"] == [] and meta[1]["meta_left"] == []
+    assert meta[0]["local_numel"]["model.w1.weight"] == 32 * 16 // 2  # this rank's half of the column split
+    losses = meta[0]["losses"]
+    assert losses == meta[1]["losses"] and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] < 10
+    resumed = results(tmp_path, "resumed", run(tmp_path, "resumed", "--empty-init", "--resume", "meta-step3.ckpt"))
+    assert resumed[0]["built_on_meta"] and resumed[0]["losses"] == losses[AFTER_STEP_3:]
+    assert max_diff(resumed[0], meta[0]) == 0 and max_diff(resumed[1], meta[1]) == 0

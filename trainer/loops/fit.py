@@ -142,11 +142,15 @@ class FitLoop:
         self.validation.setup(self.data.source.request_val, self.data.source.defines_val, early_val)
         check_output_folders(trainer)
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
+        on_meta = strategy.loads_weights_after_setup(module)  # built on the meta device: no memory before setup
         if restore is not None:
             trainer.state.loaded(restore.path)
-            restore.load(Phase.MODULE)
+            if not on_meta:
+                restore.load(Phase.MODULE)
         trainer.precision_plugin.convert_module(module)
         strategy.setup_module(module)
+        if restore is not None and on_meta:
+            restore.load(Phase.MODULE)
         optimizers, schedulers = configure_optimizers(module)
         self.optimization = Optimization(trainer, optimizers, schedulers)
         self.step = TrainingStep(trainer, self.progress, self.optimization)

@@ -90,9 +90,13 @@ def _run_evaluation(
             return []  # Lightning's: no loaders asked for, no hooks, no results
         strategy = trainer.strategy
         loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
-        _load_weights(trainer, ckpt_path, fn)
+        on_meta = strategy.loads_weights_after_setup(module)  # built on the meta device: no memory before setup
+        if not on_meta:
+            _load_weights(trainer, ckpt_path, fn)
         trainer.precision_plugin.convert_module(module)
         strategy.setup_module(module)
+        if on_meta:
+            _load_weights(trainer, ckpt_path, fn)
         log_hyperparams(trainer, module, datamodule)
         loop.setup(loaders, trainer.limits[stage])
         return loop.run(keep_predictions=keep)

@@ -41,6 +41,9 @@ class Strategy(ABC):
     # False where evaluation must run under no_grad: FSDP's gather buffers, made in inference mode, would
     # stay inference tensors that training cannot write to.
     supports_inference_mode: bool = True
+    # True where setup_module gives a module built on the meta device its memory (a sharding strategy, after it
+    # shards): Trainer.init_module(empty_init=True) then builds there. Elsewhere the module is built initialised.
+    builds_on_meta: bool = False
 
     def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
         if checkpoint_io is not None and not isinstance(checkpoint_io, CheckpointIO):
@@ -160,6 +163,13 @@ class Strategy(ABC):
 
         The loops never ask which strategy runs them; a strategy with a limit says so here.
         """
+
+    def loads_weights_after_setup(self, module: nn.Module) -> bool:
+        """Whether a checkpoint's weights load after ``setup_module``: a module built on the meta device
+        (``init_module(empty_init=True)``) has no memory to load them into before it gets it there."""
+        from trainer.strategies.meta_init import has_meta_tensors
+
+        return has_meta_tensors(module)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move the module to its device and wrap it; returns what forward runs through."""

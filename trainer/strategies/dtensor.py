@@ -41,6 +41,7 @@ class DTensorStrategy(ParallelStrategy):
 
     supports_inference_mode = False  # FSDP reuses its all-gather buffers in training
     async_save = False
+    builds_on_meta = True  # init_module(empty_init=True): on the meta device; the shards get memory in setup_module
 
     @property
     def full_state(self) -> bool:

@@ -31,6 +31,7 @@ from trainer.plugins.io import CheckpointIO, TorchCheckpointIO
 from trainer.precision import Precision
 from trainer.strategies import fsdp_policies as policies
 from trainer.strategies.dtensor import DTensorStrategy, plain_tensors, register_steps
+from trainer.strategies.meta_init import has_meta_tensors, materialize
 
 _MIXED = ("16-mixed", "bf16-mixed")
 
@@ -119,10 +120,15 @@ class FSDPStrategy(DTensorStrategy):
         """
         self._check_checkpoint_io()
         if not isinstance(module, FSDPModule):
-            module = module.to(self.root_device)
-            self._broadcast(plain_tensors(module))  # every rank starts from rank 0's weights
+            on_meta = has_meta_tensors(module)  # built by init_module(empty_init=True): memory after sharding
+            if not on_meta:
+                module = module.to(self.root_device)
+                self._broadcast(plain_tensors(module))  # every rank starts from rank 0's weights
             policies.checkpoint_activations(module, self.checkpointing_policy)
             self._shard(module)
+            if on_meta:
+                materialize(module, self.root_device)
+                self._broadcast(plain_tensors(module))
         register_steps(module)
         self.module = self.model = module
         return module
