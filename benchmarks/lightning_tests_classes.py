@@ -26,6 +26,11 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "trains nothing, a run that looks finished",
         "What differs: An empty loader is an error",
     ),
+    r"loops\.test_loops::test_workers_are_shutdown\[False-": (
+        "without persistent_workers a pass's DataLoader workers end when the pass has run its batches; Lightning "
+        "keeps them until the next epoch's iter() or the end of fit (the test counts each _shutdown_workers call)",
+        "What differs: A pass's DataLoader workers end with the pass",
+    ),
     r"models\.test_hooks::test_trainer_model_hook_system_fit": (
         "fit asks for train_dataloader()/val_dataloader() as it sets up (before configure_optimizers), so a bad "
         "loader fails before any hook works and estimated_stepping_batches is known in configure_optimizers",

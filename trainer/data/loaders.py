@@ -3,6 +3,7 @@ limit, the settings it is rebuilt with, and how it is told the epoch."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import warnings
@@ -40,6 +41,20 @@ def rebuild_settings(loader: DataLoader) -> dict[str, Any]:
     """The user's DataLoader settings, to build the same loader over another sampler."""
     accepted = inspect.signature(DataLoader.__init__).parameters
     return {k: getattr(loader, k) for k in _SETTINGS if k in accepted and hasattr(loader, k)}
+
+
+def rebuild(loader: DataLoader, dataset: Any, **batching: Any) -> DataLoader:
+    """``loader`` over ``dataset`` with new batching (``sampler``, ``batch_size``...), its other settings kept.
+
+    A DataLoader subclass stays that subclass: a shallow copy of it with DataLoader's own state replaced, so what it
+    overrides (``__iter__``, ``_get_iterator``) and its own attributes still serve, as Lightning keeps them when it
+    replaces a sampler (its ``__init__`` is not run again; Lightning re-runs it with the captured arguments)."""
+    built = DataLoader(dataset, **batching, **rebuild_settings(loader))
+    if type(loader) is DataLoader:
+        return built
+    kept = copy.copy(loader)
+    vars(kept).update(vars(built))
+    return kept
 
 
 def call_set_epoch(objects: Iterable[object], epoch: int) -> None:
