@@ -36,6 +36,16 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "loader fails before any hook works and estimated_stepping_batches is known in configure_optimizers",
         "What differs: `fit` asks for its loaders as it sets up",
     ),
+    r"connectors\.test_data_connector::test_dataloader_persistent_workers_performance_warning\[[12]\]": (
+        "the loaders are checked as fit sets up, so the advice to set persistent_workers=True comes before "
+        "on_fit_start, where the test starts listening for it",
+        "What differs: `fit` asks for its loaders as it sets up",
+    ),
+    r"connectors\.test_data_connector::test_replace_distributed_sampler\[": (
+        "an evaluation loader is split across ranks by steadytrain's unpadded sampler (a custom batch sampler's whole "
+        "batches are strided), not by a DistributedSampler, and one process keeps the user's sampler",
+        "What differs: Evaluation under DDP is not padded",
+    ),
     r"test_manual_optimization::test_manual_optimization_with_non_pytorch_scheduler\[True\]"
     r"|test_lightning_optimizer::test_lightning_optimizer_automatic_optimization_optimizer_step$": (
         "the test expects Lightning's own classes (Fabric's MisconfigurationException, its loops' Closure)",

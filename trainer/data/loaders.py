@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import multiprocessing
 import warnings
 from collections.abc import Iterable, Sized
 from typing import Any
@@ -126,6 +127,24 @@ def count_batches(loader: Iterable[Any], limit: int | float | None, stage: str) 
     unless told its share, so the length (and the data) may be wrong."""
     _warn_iterable_length(loader)
     return num_batches(loader, limit, stage)
+
+
+_LOADER_NAMES = {"training": "train", "validation": "val", "fit validation": "val"}
+
+
+def warn_spawned_workers(loader: Any, stage: str) -> None:
+    """Lightning's advice for a DataLoader whose workers start in fresh interpreters (the ``spawn`` start method,
+    as in a ``ddp_spawn`` rank): each epoch's ``iter()`` pays that start again unless the workers persist."""
+    if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.persistent_workers:
+        return
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    if method == "spawn":
+        name = f"{_LOADER_NAMES.get(stage, stage)}_dataloader"
+        warnings.warn(
+            f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker initialization.",
+            stacklevel=2,
+        )
 
 
 def _warn_iterable_length(loader: Iterable[Any]) -> None:
