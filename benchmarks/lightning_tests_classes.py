@@ -21,10 +21,30 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "a Module runs under steadytrain's Trainer; there is no Lightning Fabric to set it up",
         "What differs: A module runs under steadytrain's Trainer, not under Lightning Fabric",
     ),
+    r"loops\.test_loops::test_fit_loop_save_and_restore_dataloaders\[<lambda>-False-batches_before0-": (
+        "a loader with no batches (here train_dataloader() returns []) is an error naming it; Lightning warns and "
+        "trains nothing, a run that looks finished",
+        "What differs: An empty loader is an error",
+    ),
+    r"loops\.test_loops::test_workers_are_shutdown\[False-": (
+        "without persistent_workers a pass's DataLoader workers end when the pass has run its batches; Lightning "
+        "keeps them until the next epoch's iter() or the end of fit (the test counts each _shutdown_workers call)",
+        "What differs: A pass's DataLoader workers end with the pass",
+    ),
     r"models\.test_hooks::test_trainer_model_hook_system_fit": (
         "fit asks for train_dataloader()/val_dataloader() as it sets up (before configure_optimizers), so a bad "
         "loader fails before any hook works and estimated_stepping_batches is known in configure_optimizers",
         "What differs: `fit` asks for its loaders as it sets up",
+    ),
+    r"connectors\.test_data_connector::test_dataloader_persistent_workers_performance_warning\[[12]\]": (
+        "the loaders are checked as fit sets up, so the advice to set persistent_workers=True comes before "
+        "on_fit_start, where the test starts listening for it",
+        "What differs: `fit` asks for its loaders as it sets up",
+    ),
+    r"connectors\.test_data_connector::test_replace_distributed_sampler\[": (
+        "an evaluation loader is split across ranks by steadytrain's unpadded sampler (a custom batch sampler's whole "
+        "batches are strided), not by a DistributedSampler, and one process keeps the user's sampler",
+        "What differs: Evaluation under DDP is not padded",
     ),
     r"test_manual_optimization::test_manual_optimization_with_non_pytorch_scheduler\[True\]"
     r"|test_lightning_optimizer::test_lightning_optimizer_automatic_optimization_optimizer_step$": (

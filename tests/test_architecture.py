@@ -525,7 +525,7 @@ def test_the_trainer_state_is_written_only_by_its_own_methods() -> None:
 
 METRIC_LOG_FIELDS = {"callback_metrics", "logged_metrics", "progress_bar_keys", "results"}
 MUTATORS = {"update", "clear", "pop", "popitem", "setdefault", "add", "discard", "remove", "__setitem__"}
-RESULTS_BATCH_WRITERS = ("trainer/loops/fit.py", "trainer/loops/evaluation.py")  # the per-batch fast path
+RESULTS_BATCH_WRITERS = ("trainer/loops/training_batch.py", "trainer/loops/evaluation.py")  # the per-batch fast path
 METRIC_LOG_WRITERS = {  # who else may change a MetricLog field, and why
     "trainer/callbacks/lr_monitor.py": "Lightning's LearningRateMonitor adds its rates to trainer.callback_metrics",
 }

@@ -120,3 +120,30 @@ def test_evaluation_loaders_are_shown_as_given(tmp_path: Path) -> None:
     assert set(fit.val_dataloaders) == {"x", "y"} and len(results) == 2
     sequential = CombinedLoader([one, loader(regression_data(8))], "sequential")
     assert len(fit.validate(SeveralValidated(), sequential, verbose=False)) == 2  # each loader with its dataloader_idx
+
+
+class CountsBatches(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list[int]] = []
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.seen.append([len(part[0]) for part in batch.values() if part is not None])
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize(("mode", "runs"), [("min_size", 2), ("max_size_cycle", 3), ("max_size", 3)])
+def test_evaluating_a_combined_loader_counts_each_inner_loader(tmp_path: Path, mode: str, runs: int) -> None:
+    """``num_val_batches`` lists each inner loader's batches, as Lightning reports them; the mode decides the pass."""
+    combined = {"a": loader(regression_data(24)), "b": loader(regression_data(16))}  # 3 and 2 batches
+    fit = quiet(tmp_path)
+    model = CountsBatches()
+    fit.validate(model, CombinedLoader(combined, mode), verbose=False)  # type: ignore[arg-type]
+    assert fit.num_val_batches == [3, 2] and len(model.seen) == runs
+    fit.test(model, CombinedLoader(combined, mode), verbose=False)  # type: ignore[arg-type]
+    assert fit.num_test_batches == [3, 2] and len(model.seen) == 2 * runs
+    limited = quiet(tmp_path, limit_val_batches=0.5)  # the limit applies to each inner loader: 1 and 1
+    limited.validate(CountsBatches(), CombinedLoader(combined, mode), verbose=False)  # type: ignore[arg-type]
+    assert limited.num_val_batches == [1, 1]

@@ -160,6 +160,36 @@ def test_one_replica_opt_out_and_iterable_are_unchanged() -> None:
     assert prepare_eval_loader(stream, 2, 1) is stream
 
 
+class TaggedLoader(DataLoader[torch.Tensor]):
+    """A DataLoader subclass with its own attribute and ``__iter__`` (counts its passes)."""
+
+    def __init__(self, tag: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tag, self.passes = tag, [0]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        self.passes[0] += 1
+        return super().__iter__()
+
+
+def test_a_rebuilt_loader_stays_the_users_subclass(tmp_path: Any) -> None:
+    """Sharding or per-sample seeding rebuilds the loader over a new sampler; its subclass and attributes stay."""
+    from tests.models import Regressor, quiet
+    from trainer.data.sample_seeds import seed_samples
+
+    loader = TaggedLoader("mine", CountingDataset(20), batch_size=4, shuffle=True)
+    for new in (prepare_train_loader(loader, 2, 1), prepare_eval_loader(loader, 2, 1), seed_samples(loader, 0, True)):
+        assert type(new) is TaggedLoader and new is not loader and new.tag == "mine"
+        assert new.sampler is not loader.sampler and new.batch_size == 4
+        assert len(list(new)) == len(new)
+    pairs = [(torch.randn(8), torch.randn(1)) for _ in range(16)]  # a list, not a TensorDataset: it gets seeded
+    train = TaggedLoader("train", pairs, batch_size=8, num_workers=1)  # type: ignore[arg-type]
+    fit = quiet(tmp_path, max_epochs=2)
+    fit.fit(Regressor(), train)
+    assert type(fit.train_dataloader) is TaggedLoader and fit.train_dataloader is not train
+    assert train.passes == [2]  # its __iter__ ran each epoch (the copy shares the user's attributes)
+
+
 @pytest.mark.parametrize(("n", "shuffle"), [(20, False), (20, True), (21, True)])
 def test_rank_shares_are_disjoint_and_complete(n: int, shuffle: bool) -> None:
     loader = DataLoader(CountingDataset(n), batch_size=4, shuffle=shuffle)

@@ -4,6 +4,7 @@ counts as one loader, how a bad loader is named, what an unsized loader allows."
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,17 @@ def test_the_profiler_times_each_batch_fetch_under_lightnings_names(tmp_path: Pa
     durations = run.profiler.recorded_durations  # type: ignore[union-attr]
     assert len(durations["[_EvaluationLoop].val_next"]) == 3
     assert len(durations["[_PredictionLoop].predict_next"]) == 3  # the prediction loop has its own name in Lightning
+
+
+def test_workers_started_by_spawn_without_persistent_workers_get_lightnings_advice(tmp_path: Path) -> None:
+    """Each epoch's iter() starts spawned workers afresh (a fresh interpreter each): Lightning advises persistence."""
+    data = regression_data(16)
+    spawned = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context="spawn")
+    with pytest.warns(UserWarning, match="Consider setting `persistent_workers=True` in 'train_dataloader'"):
+        quiet(tmp_path, limit_train_batches=0).fit(Regressor(), spawned)  # asked for and checked, never iterated
+    kept = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context="spawn", persistent_workers=True)
+    forked = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context="fork")
+    for fine in (kept, forked):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="Consider setting `persistent_workers=True`")
+            quiet(tmp_path, limit_train_batches=0).fit(Regressor(), fine)

@@ -92,6 +92,37 @@ def test_a_step_returning_none_skips_its_backward_and_warns(tmp_path: Path) -> N
     assert fit.global_step == 4
 
 
+def test_a_none_batch_runs_no_step_and_warns_once(tmp_path: Path) -> None:
+    """A collate_fn that gives None (a batch to drop): Lightning skips the step and on_train_batch_start, and
+    on_train_batch_end gets None; the other batches train."""
+    from torch.utils.data import DataLoader, default_collate
+
+    calls: list[tuple[str, int, Any]] = []
+
+    class Dropping(Regressor):
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+            calls.append(("start", batch_idx, None))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            calls.append(("step", batch_idx, None))
+            return super().training_step(batch, batch_idx)
+
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            calls.append(("end", batch_idx, None if outputs is None else sorted(outputs)))
+
+    def collate(samples: list[Any]) -> Any:
+        return None if float(samples[0][1]) == first_targets[0] else default_collate(samples)
+
+    data = regression_data(32)
+    first_targets = [float(data[0][1])]  # the first batch of each epoch is dropped
+    fit = quiet(tmp_path, max_epochs=2)
+    with pytest.warns(UserWarning, match="train_dataloader yielded None") as caught:
+        fit.fit(Dropping(), DataLoader(data, batch_size=8, collate_fn=collate))
+    assert sum("yielded None" in str(w.message) for w in caught) == 1  # once per fit
+    assert fit.global_step == 6 and fit.current_epoch == 2  # 3 of each epoch's 4 batches stepped
+    assert calls[:4] == [("end", 0, None), ("start", 1, None), ("step", 1, None), ("end", 1, ["loss"])]
+
+
 def test_flags_from_the_environment_and_the_logger_setters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
     monkeypatch.setenv("PL_TRAINER_LOGGER", "False")

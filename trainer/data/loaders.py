@@ -3,8 +3,10 @@ limit, the settings it is rebuilt with, and how it is told the epoch."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
+import multiprocessing
 import warnings
 from collections.abc import Iterable, Sized
 from typing import Any
@@ -40,6 +42,20 @@ def rebuild_settings(loader: DataLoader) -> dict[str, Any]:
     """The user's DataLoader settings, to build the same loader over another sampler."""
     accepted = inspect.signature(DataLoader.__init__).parameters
     return {k: getattr(loader, k) for k in _SETTINGS if k in accepted and hasattr(loader, k)}
+
+
+def rebuild(loader: DataLoader, dataset: Any, **batching: Any) -> DataLoader:
+    """``loader`` over ``dataset`` with new batching (``sampler``, ``batch_size``...), its other settings kept.
+
+    A DataLoader subclass stays that subclass: a shallow copy of it with DataLoader's own state replaced, so what it
+    overrides (``__iter__``, ``_get_iterator``) and its own attributes still serve, as Lightning keeps them when it
+    replaces a sampler (its ``__init__`` is not run again; Lightning re-runs it with the captured arguments)."""
+    built = DataLoader(dataset, **batching, **rebuild_settings(loader))
+    if type(loader) is DataLoader:
+        return built
+    kept = copy.copy(loader)
+    vars(kept).update(vars(built))
+    return kept
 
 
 def call_set_epoch(objects: Iterable[object], epoch: int) -> None:
@@ -111,6 +127,24 @@ def count_batches(loader: Iterable[Any], limit: int | float | None, stage: str) 
     unless told its share, so the length (and the data) may be wrong."""
     _warn_iterable_length(loader)
     return num_batches(loader, limit, stage)
+
+
+_LOADER_NAMES = {"training": "train", "validation": "val", "fit validation": "val"}
+
+
+def warn_spawned_workers(loader: Any, stage: str) -> None:
+    """Lightning's advice for a DataLoader whose workers start in fresh interpreters (the ``spawn`` start method,
+    as in a ``ddp_spawn`` rank): each epoch's ``iter()`` pays that start again unless the workers persist."""
+    if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.persistent_workers:
+        return
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    if method == "spawn":
+        name = f"{_LOADER_NAMES.get(stage, stage)}_dataloader"
+        warnings.warn(
+            f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker initialization.",
+            stacklevel=2,
+        )
 
 
 def _warn_iterable_length(loader: Iterable[Any]) -> None:

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from trainer.data.combined import CombinedLoader, ShapedLoaders, _is_leaf, map_loaders, shaped
-from trainer.data.loaders import has_len
+from trainer.data.loaders import has_len, warn_spawned_workers
 from trainer.data.sharding import check_shardable, unshuffled
 from trainer.exceptions import MisconfigurationException, MisconfigurationTypeError
 
@@ -174,14 +174,16 @@ def _replicas(strategy: Strategy) -> int:
     return strategy.distributed_sampler_kwargs["num_replicas"]
 
 
-def _check_usable(loader: Any, world_size: int, use_distributed_sampler: bool, what: str, origin: str) -> None:
+def _check_usable(loader: Any, strategy: Strategy, use_distributed_sampler: bool, what: str, origin: str) -> None:
     """Type, sharding and emptiness checks of one loader, so a mistake fails before any batch runs."""
     if isinstance(loader, CombinedLoader):
         for inner in loader.flattened:
-            _check_usable(inner, world_size, use_distributed_sampler, what, origin)
+            _check_usable(inner, strategy, use_distributed_sampler, what, origin)
         return
     _check_loader(loader, what, origin)
-    check_shardable(loader, world_size, use_distributed_sampler, what)
+    check_shardable(loader, _replicas(strategy), use_distributed_sampler, what)
+    if strategy.global_rank == 0:
+        warn_spawned_workers(loader, what)
     if has_len(loader) and len(loader) == 0:
         if isinstance(loader, DataLoader):
             raise MisconfigurationException(
@@ -228,7 +230,7 @@ def resolve_loaders(
     given, origin = _request(given, _source(module, datamodule), stage)
     loaders = _as_list(given, stage)
     for loader in loaders:
-        _check_usable(loader, _replicas(strategy), use_distributed_sampler, stage, origin)
+        _check_usable(loader, strategy, use_distributed_sampler, stage, origin)
     return loaders
 
 
@@ -265,7 +267,7 @@ class LoaderSource:
     def request_train(self) -> Any:
         train, origin = _request(self.train, _source(self.module, self.datamodule), "training")
         train = _training_loader(train)
-        _check_usable(train, _replicas(self.strategy), self.use_distributed_sampler, "training", origin)
+        _check_usable(train, self.strategy, self.use_distributed_sampler, "training", origin)
         return map_loaders(train, unshuffled) if self.overfit else train
 
     def request_val(self) -> list[Any]:
@@ -274,7 +276,7 @@ class LoaderSource:
         val, origin = _request(self.val, _source(self.module, self.datamodule), "fit validation")
         loaders = _as_list(val, "validation")
         for loader in loaders:
-            _check_usable(loader, _replicas(self.strategy), self.use_distributed_sampler, "validation", origin)
+            _check_usable(loader, self.strategy, self.use_distributed_sampler, "validation", origin)
         if self.overfit:
             loaders = ShapedLoaders(
                 [map_loaders(v, _unshuffled_val) for v in loaders], getattr(loaders, "unflatten", list)

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
-from trainer.data.loaders import call_set_epoch, rebuild_settings, sized
+from trainer.data.loaders import call_set_epoch, rebuild, sized
 from trainer.seed import rng_state, set_rng_state
 
 _MASK64 = (1 << 64) - 1
@@ -131,11 +131,10 @@ def seed_samples(loader: Iterable[Any], data_seed: int, several_ranks: bool = Fa
     if isinstance(loader.dataset, IterableDataset | TensorDataset):
         return loader
     dataset = SeededDataset(loader.dataset, data_seed, restore=loader.num_workers == 0)
-    settings = rebuild_settings(loader)
     bs = loader.batch_sampler
     if bs is None:
-        return DataLoader(dataset, batch_size=None, sampler=KeyedSampler(loader.sampler), **settings)
+        return rebuild(loader, dataset, batch_size=None, sampler=KeyedSampler(loader.sampler))
     if type(bs) is not BatchSampler:
-        return DataLoader(dataset, batch_sampler=KeyedSampler(bs, batched=True), **settings)
+        return rebuild(loader, dataset, batch_sampler=KeyedSampler(bs, batched=True))
     keyed = KeyedSampler(bs.sampler)
-    return DataLoader(dataset, batch_size=bs.batch_size, sampler=keyed, drop_last=bs.drop_last, **settings)
+    return rebuild(loader, dataset, batch_size=bs.batch_size, sampler=keyed, drop_last=bs.drop_last)

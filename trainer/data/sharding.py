@@ -24,7 +24,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from trainer.data.loaders import call_set_epoch, has_len, rebuild_settings, sized
+from trainer.data.loaders import call_set_epoch, has_len, rebuild, sized
 from trainer.data.shuffle import Agree, SharedShuffle
 from trainer.exceptions import MisconfigurationException
 
@@ -80,9 +80,7 @@ def _has_custom_batch_sampler(loader: DataLoader) -> bool:
 
 
 def _rebuild(loader: DataLoader, sampler: Iterable[Any], batch_size: int | None, drop_last: bool) -> DataLoader:
-    return DataLoader(
-        loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **rebuild_settings(loader)
-    )
+    return rebuild(loader, loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last)
 
 
 def _check_rank(num_replicas: int, rank: int) -> None:
@@ -238,7 +236,7 @@ def prepare_eval_loader(
     if _has_custom_batch_sampler(loader):  # whole batches are strided instead of samples
         _check_room(len(sized(loader.batch_sampler)), num_replicas, None, False, padded=False)
         shard = EvalShardSampler(loader.batch_sampler, num_replicas, rank)  # type: ignore[arg-type]
-        return DataLoader(loader.dataset, batch_sampler=shard, **rebuild_settings(loader))
+        return rebuild(loader, loader.dataset, batch_sampler=shard)
     if type(sampler) is RandomSampler:  # each rank would shuffle differently: some samples twice
         sampler = SequentialSampler(loader.dataset)  # type: ignore[arg-type]
     if drop_last and batch_size is not None:  # drop what one device drops: the same samples are evaluated

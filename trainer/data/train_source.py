@@ -251,7 +251,10 @@ class TrainSource:
     # ---- an epoch's batches --------------------------------------------------------------------------
     def start_first_epoch(self) -> None:
         """Epoch 0's iterator, created where Lightning creates it: after the sanity check, before
-        ``on_train_start`` (its ``iter()`` draws the DataLoader's base seed from the default generator)."""
+        ``on_train_start`` (its ``iter()`` draws the DataLoader's base seed from the default generator). None under
+        ``limit_train_batches=0``: Lightning starts no iterator (nor its workers) for a fit that trains nothing."""
+        if self.num_batches == 0:
+            return
         if self.progress.epoch == 0 and self.progress.batches_done == 0 and self._first is None:
             loader = self.epoch_loader(0, 0)
             self._first = (loader, self.batches(loader, 0, 0))

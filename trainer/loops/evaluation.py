@@ -27,7 +27,7 @@ import torch
 
 import trainer.data as data
 import trainer.loops.hooks as hooks
-from trainer.data.combined import ShapedLoaders, as_batches, as_given, map_loaders
+from trainer.data.combined import CombinedBatches, ShapedLoaders, as_batches, as_given, map_loaders
 from trainer.data.device import transfer
 from trainer.loops.batches import check_dataloader_idx, step_with_index
 from trainer.module import Module
@@ -49,7 +49,8 @@ class EvaluationLoop:
         self.trainer = trainer
         self.stage = stage
         self.loaders: list[Iterable[Any]] = []  # this rank's share of each loader
-        self.num_batches: list[int | float] = []
+        self.num_batches: list[int | float] = []  # Lightning's count: a CombinedLoader's each inner loader
+        self.totals: list[int | float] = []  # batches each loader of ``loaders`` runs
         self.predictions: list[list[Any]] = []
         self.seen: list[int] = []  # batches per loader since setup: the step of their on_step values
 
@@ -63,7 +64,9 @@ class EvaluationLoop:
         )
         placed = [as_batches(map_loaders(v, shard)) for v in loaders]  # a CombinedLoader's each sharded
         self.loaders = ShapedLoaders(placed, getattr(loaders, "unflatten", list))
-        self.num_batches = [data.count_batches(loader, limit, self.stage) for loader in self.loaders]
+        counts = [_count(loader, limit, self.stage) for loader in self.loaders]
+        self.num_batches = [n for inner, _ in counts for n in inner]
+        self.totals = [total for _, total in counts]
         self.seen = [0 for _ in self.loaders]
 
     @property
@@ -103,7 +106,7 @@ class EvaluationLoop:
         self.predictions = [[] for _ in self.loaders]
         try:
             for idx, loader in enumerate(self.loaders):
-                total = self.num_batches[idx] if max_batches is None else min(max_batches, self.num_batches[idx])
+                total = self.totals[idx] if max_batches is None else min(max_batches, self.totals[idx])
                 self._run_loader(idx, loader, total, keep_predictions, first if idx == 0 else None)
         finally:
             trainer.metric_log.results.use_loader(None)  # what on_<stage>_epoch_end logs is every loader's
@@ -171,6 +174,20 @@ class EvaluationLoop:
             warnings.warn(
                 "predict returned None if it was on purpose, ignore this warning...", UserWarning, stacklevel=2
             )
+
+
+def _count(loader: Iterable[Any], limit: int | float | None, stage: EvalStage) -> tuple[list[int | float], int | float]:
+    """A loader's batches under ``limit_*_batches``: the counts Lightning reports, and the batches it runs. A
+    ``CombinedLoader`` (min_size, max_size_cycle, max_size) has the limit applied to each inner loader, as in
+    Lightning; its mode then decides how many batches the pass yields (``trainer.num_val_batches`` is ``[3, 2]``
+    for loaders of 3 and 2 batches, the ``max_size`` pass runs 3)."""
+    if not isinstance(loader, CombinedBatches):
+        total = data.count_batches(loader, limit, stage)
+        return [total], total
+    combined = loader.combined
+    inner = [data.count_batches(each, limit, stage) for each in combined.flattened]
+    combined.limits = inner
+    return inner, combined.batches_per_epoch()
 
 
 def _check_batch_hooks(module: Module, stage: EvalStage, count: int) -> None:

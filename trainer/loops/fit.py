@@ -16,7 +16,7 @@ import contextlib
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from trainer.loops.progress import Progress
 from trainer.loops.rank_state import load_rank_state, rank_state
 from trainer.loops.step import TrainingStep, read_window
 from trainer.loops.stop_signal import StopSignal, StopVotes
-from trainer.loops.training_batch import STOP_EPOCH, BatchCalls
+from trainer.loops.training_batch import STOP_EPOCH, BatchCalls, batch_runner
 from trainer.signals import catch_stop_signals
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class FitLoop:
         self.loader_restarts = False  # resuming a Lightning mid-epoch checkpoint: the loader starts over, as there
         self.is_last_batch = False  # the batch being trained is the epoch's last
         self.after_batch_due = False  # a batch stepped; its after-batch work (validation, plateau schedulers) is due
+        self.warned_none_batch = False  # the loader yielded None this fit (training_batch.batch_runner)
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
@@ -122,6 +123,7 @@ class FitLoop:
         self.data = TrainSource(self.trainer, self.progress, self._use_train_batches)
         self.stop = StopSignal(self.trainer)
         self.resumed = False
+        self.warned_none_batch = False
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
@@ -255,11 +257,11 @@ class FitLoop:
     def _batch_loop(self, calls: BatchCalls, batches: Iterator[Any], skip: int, votes: StopVotes | None) -> bool:
         progress, trainer, signal = self.progress, self.trainer, self.stop
         limit, after_batch_work, max_steps = self.num_training_batches, calls.after_batch_work, calls.max_steps
-        train_batch = self._batch_runner(calls)
+        train_batch = batch_runner(self, calls)
         batch_idx = skip - 1
         for batch_idx, batch in enumerate(batches, start=skip):
             if train_batch(batch, batch_idx) is STOP_EPOCH:
-                self._step_epoch_schedulers(plateau=False)
+                self.step_epoch_schedulers(plateau=False)
                 return True
             if after_batch_work:
                 self._after_batch(batch_idx)
@@ -279,7 +281,7 @@ class FitLoop:
             return True
         if math.isinf(limit):  # a loader without a length: its last batch is known only now
             self._validate_after_unsized_epoch(batch_idx)
-            self._step_epoch_schedulers(plateau=False)
+            self.step_epoch_schedulers(plateau=False)
         return True
 
     def _validate_after_unsized_epoch(self, batch_idx: int) -> None:
@@ -302,48 +304,6 @@ class FitLoop:
             batches = itertools.islice(batches, max(int(limit) - skip, 0))
         action = "[_TrainingEpochLoop].train_dataloader_next"
         return batches if profiler is None else profiler.timed_iter(action, batches)
-
-    def _batch_runner(self, calls: BatchCalls) -> Callable[[Any, int], Any]:
-        """One training batch, as a closure over what it reads (built once per epoch: locals cost less
-        than the attribute reads of a method, and this runs every batch)."""
-        progress, results, metric_log = self.progress, calls.results, self.trainer.metric_log
-        to_device, step, flush = calls.to_device, calls.step, calls.flush
-        batch_start, batch_end, log_every = calls.batch_start, calls.batch_end, calls.log_every
-        manual = not calls.automatic  # Lightning logs its every batch
-        limit, finish_batch = self.num_training_batches, progress.finish_batch
-        publish_step = calls.publish_step
-
-        def train_batch(batch: Any, batch_idx: int) -> Any:
-            if to_device is not None:
-                batch = to_device(batch)
-            results.batch = batch
-            self.is_last_batch = last = batch_idx + 1 >= limit
-            for hook in batch_start:
-                if hook(batch, batch_idx) == -1:
-                    return STOP_EPOCH
-            steps_before = progress.global_step
-            output = step(batch, batch_idx)
-            finish_batch()
-            if last:
-                self._step_epoch_schedulers(plateau=False)  # Lightning: at the last batch, before its end hooks
-            stepped = progress.global_step
-            counted = progress.total_batches if manual else stepped  # Lightning's "batches that stepped"
-            write = False
-            if stepped != steps_before or manual:  # callbacks see every step's values; loggers every log_every_n_steps
-                self.after_batch_due = True
-                write = log_every > 0 and counted % log_every == 0  # 0: never (Lightning's barebones)
-                if write or results.step_values:
-                    publish_step(write)
-            if batch_end:
-                calls.end_batch(output, batch, batch_idx, self.after_batch_due and not write)
-            if write:
-                metric_log.write_step(progress.epoch, counted - 1)  # Lightning's step: counted before it
-            if flush is not None and stepped != steps_before:
-                flush()  # after the batch-end hooks: what they log joins this step's row
-            results.batch = None  # let the allocator reuse this batch's memory for the next one
-            return output
-
-        return train_batch
 
     def _after_batch(self, batch_idx: int) -> None:
         """A batch's after-batch work: validation if due, then plateau schedulers; each at most once per batch."""
@@ -389,9 +349,9 @@ class FitLoop:
         last_stepped = self.logger_step() - (not self.after_batch_due)  # Lightning's: the epoch's last stepped batch
         self.trainer.metric_log.epoch_end(self.progress.epoch, last_stepped)
         if completed:
-            self._step_epoch_schedulers(plateau=True)
+            self.step_epoch_schedulers(plateau=True)
 
-    def _step_epoch_schedulers(self, plateau: bool) -> None:
+    def step_epoch_schedulers(self, plateau: bool) -> None:
         if self.step is not None and self.step.automatic:
             assert self.optimization is not None
             self.optimization.step_schedulers("epoch", self.progress.epoch, plateau)
