@@ -73,7 +73,13 @@ def after_fit(fit: trainer.Trainer, module: Net, val: DataLoader, out: Path) -> 
     }
     fit.save_checkpoint(out / "after-fit.ckpt")
     again = trainer.Trainer(
-        accelerator="cpu", strategy="ddp", devices=2, max_epochs=4, logger=False, enable_progress_bar=False
+        accelerator="cpu",
+        strategy="ddp",
+        devices=2,
+        max_epochs=4,
+        logger=False,
+        enable_progress_bar=False,
+        default_root_dir=out,  # its checkpoints/ in the test's folder, not the working directory
     )
     again.fit(module, val, ckpt_path=out / "after-fit.ckpt")
     result["second_fit_steps"] = again.global_step
