@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,17 @@ def test_barebones_turns_off_what_costs_speed(tmp_path: Path) -> None:
     assert not any(isinstance(cb, trainer.ModelSummary) for cb in t.callbacks)
     assert t.num_sanity_val_steps == 0
     assert t.log_every_n_steps == 0  # Lightning's: no step is a logging step
+
+
+def test_barebones_says_at_info_level_what_it_turned_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        trainer.Trainer(barebones=True, accelerator="cpu", default_root_dir=tmp_path)
+    assert "running in `Trainer(barebones=True)` mode" in caplog.text  # Lightning's words, which a script may grep
+    assert "Checkpointing: `Trainer(enable_checkpointing=True)`" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        trainer.Trainer(accelerator="cpu", default_root_dir=tmp_path)
+    assert "barebones" not in caplog.text
 
 
 @pytest.mark.parametrize(
