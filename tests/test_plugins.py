@@ -23,6 +23,7 @@ from trainer.plugins import (
     MixedPrecision,
     SLURMEnvironment,
     TorchCheckpointIO,
+    TorchElasticEnvironment,
     TorchSyncBatchNorm,
 )
 from trainer.plugins.environments import ClusterEnvironment, cluster_of
@@ -263,6 +264,15 @@ def test_your_own_cluster_environment_places_the_rank() -> None:
     assert (cluster.master_addr, cluster.master_port, cluster.source) == ("10.0.0.1", 29999, "MyCluster")
 
 
+def test_torchrun_inside_a_slurm_allocation_is_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun sets TORCHELASTIC_RUN_ID for every rank; SLURM's variables are there too when it runs in a job."""
+    for name, value in {"TORCHELASTIC_RUN_ID": "1", "SLURM_NTASKS": "2", "WORLD_SIZE": "2", "RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    t = trainer.Trainer(strategy="ddp", accelerator="cpu", devices=2, logger=False, enable_checkpointing=False)
+    assert isinstance(t.strategy.cluster_environment, TorchElasticEnvironment)  # type: ignore[attr-defined]
+    assert t.strategy.cluster_environment.global_rank() == 1  # type: ignore[attr-defined]
+
+
 def test_a_cluster_environment_that_contradicts_devices_times_nodes_is_refused() -> None:
     with pytest.raises(RuntimeError, match=r"\(MyCluster\) started WORLD_SIZE=3 .* devices=2 x num_nodes=2 = 4"):
         cluster_of(MyCluster(world=3), num_devices=2, num_nodes=2)
@@ -305,8 +315,6 @@ def test_slurm_environment_reads_the_ranks_srun_set(monkeypatch: pytest.MonkeyPa
 
 
 def test_torchelastic_environment_reads_the_ranks_torchrun_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.plugins import TorchElasticEnvironment
-
     env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     env["MASTER_PORT"] = "29500"
     for name, value in env.items():
