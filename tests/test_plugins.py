@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from trainer.plugins import (
     MixedPrecision,
     SLURMEnvironment,
     TorchCheckpointIO,
+    TorchElasticEnvironment,
     TorchSyncBatchNorm,
 )
 from trainer.plugins.environments import ClusterEnvironment, cluster_of
@@ -168,6 +170,17 @@ def test_barebones_turns_off_what_costs_speed(tmp_path: Path) -> None:
     assert t.log_every_n_steps == 0  # Lightning's: no step is a logging step
 
 
+def test_barebones_says_at_info_level_what_it_turned_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        trainer.Trainer(barebones=True, accelerator="cpu", default_root_dir=tmp_path)
+    assert "running in `Trainer(barebones=True)` mode" in caplog.text  # Lightning's words, which a script may grep
+    assert "Checkpointing: `Trainer(enable_checkpointing=True)`" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        trainer.Trainer(accelerator="cpu", default_root_dir=tmp_path)
+    assert "barebones" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [
@@ -272,6 +285,15 @@ def test_your_own_cluster_environment_places_the_rank() -> None:
     assert (cluster.master_addr, cluster.master_port, cluster.source) == ("10.0.0.1", 29999, "MyCluster")
 
 
+def test_torchrun_inside_a_slurm_allocation_is_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun sets TORCHELASTIC_RUN_ID for every rank; SLURM's variables are there too when it runs in a job."""
+    for name, value in {"TORCHELASTIC_RUN_ID": "1", "SLURM_NTASKS": "2", "WORLD_SIZE": "2", "RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    t = trainer.Trainer(strategy="ddp", accelerator="cpu", devices=2, logger=False, enable_checkpointing=False)
+    assert isinstance(t.strategy.cluster_environment, TorchElasticEnvironment)  # type: ignore[attr-defined]
+    assert t.strategy.cluster_environment.global_rank() == 1  # type: ignore[attr-defined]
+
+
 def test_a_cluster_environment_that_contradicts_devices_times_nodes_is_refused() -> None:
     with pytest.raises(RuntimeError, match=r"\(MyCluster\) started WORLD_SIZE=3 .* devices=2 x num_nodes=2 = 4"):
         cluster_of(MyCluster(world=3), num_devices=2, num_nodes=2)
@@ -314,8 +336,6 @@ def test_slurm_environment_reads_the_ranks_srun_set(monkeypatch: pytest.MonkeyPa
 
 
 def test_torchelastic_environment_reads_the_ranks_torchrun_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.plugins import TorchElasticEnvironment
-
     env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     env["MASTER_PORT"] = "29500"
     for name, value in env.items():

@@ -318,3 +318,20 @@ def test_a_scaler_without_its_private_scale_still_tells_a_skipped_step() -> None
     assert getattr(precision.scaler, "_scale", None) is None
     assert bool(_one_update(precision, float("inf"))) is False
     assert bool(_one_update(precision, 1.0)) is True
+
+
+@pytest.mark.parametrize(
+    ("precision", "plugin"),
+    [
+        ("64-true", "DoublePrecision"),
+        ("32-true", "Precision"),
+        ("16-true", "HalfPrecision"),
+        ("bf16-true", "HalfPrecision"),
+        ("16-mixed", "MixedPrecision"),
+        ("bf16-mixed", "MixedPrecision"),
+    ],
+)
+def test_each_precision_gets_lightnings_plugin(tmp_path: Path, precision: str, plugin: str) -> None:
+    """``trainer.precision_plugin`` is the plug-in Lightning picks for the string (a script may check its type)."""
+    t = quiet(tmp_path, precision=precision)
+    assert type(t.precision_plugin) is getattr(trainer.plugins, plugin)

@@ -322,6 +322,20 @@ _BAREBONES_REFUSED = {  # Lightning's rules: any fast_dev_run but False/0, detec
     "profiler": "Profiling can impact raw speed so it is disabled in barebones mode.",
 }
 
+# Lightning's note (INFO) when barebones mode is on: what it turned off, each with the flag that would turn it on.
+_BAREBONES_NOTE = (
+    "You are running in `Trainer(barebones=True)` mode. All features that may impact raw speed have been disabled "
+    "to facilitate analyzing the Trainer overhead. Specifically, the following features are deactivated:\n"
+    " - Checkpointing: `Trainer(enable_checkpointing=True)`\n"
+    " - Progress bar: `Trainer(enable_progress_bar=True)`\n"
+    " - Model summary: `Trainer(enable_model_summary=True)`\n"
+    " - Logging: `Trainer(logger=True)`, `Trainer(log_every_n_steps>0)`, `self.log(...)`, `self.log_dict(...)`\n"
+    " - Sanity checking: `Trainer(num_sanity_val_steps>0)`\n"
+    " - Development run: `Trainer(fast_dev_run=True)`\n"
+    " - Anomaly detection: `Trainer(detect_anomaly=True)`\n"
+    " - Profiling: `Trainer(profiler=...)`"
+)
+
 
 def unset_flags(barebones: bool, values: dict[str, Any]) -> tuple[Any, ...]:
     """The flags of ``UNSET_DEFAULTS`` resolved (None: the default), in that order.
@@ -340,4 +354,5 @@ def unset_flags(barebones: bool, values: dict[str, Any]) -> tuple[Any, ...]:
     for name, why in _BAREBONES_REFUSED.items():
         if values[name] not in (None, False, 0) or (name == "profiler" and values[name] is not None):
             raise MisconfigurationException(f"`Trainer(barebones=True, {name}={values[name]!r})` was passed. {why}")
+    logging.getLogger("trainer").info(_BAREBONES_NOTE)
     return False, False, False, False, 0, 0

@@ -1,7 +1,8 @@
 """Where logged values go: ``callback_metrics`` (callbacks, monitors), the progress bar, the loggers.
 
 ``self.log`` writes into the current stage's ``Results``; the loops tell this object when a step
-or an epoch ends, and it reduces, publishes and (on global rank zero) writes to the loggers.
+or an epoch ends, and it reduces, publishes and (on global rank zero; a user's own logger on every rank, as
+Lightning) writes to the loggers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from trainer.exceptions import MisconfigurationException
 from trainer.log_rules import EPOCH_LEVEL, levels, no_logging_error, outside_error
+from trainer.loggers.ranks import called_on_every_rank
 from trainer.results import Results
 
 if TYPE_CHECKING:
@@ -193,7 +195,7 @@ class MetricLog:
         self.logged_metrics.update({k: v for k, v in values.items() if k not in hidden})
 
     def _write(self, values: dict[str, torch.Tensor], hidden: set[str], epoch: int | None, step: int) -> None:
-        if not values or not self.loggers or not self.strategy.is_global_zero:
+        if not values or not (loggers := self._loggers_here()):
             return
         floats: dict[str, float] = {k: float(v) for k, v in values.items() if k not in hidden}
         if not floats:
@@ -203,14 +205,20 @@ class MetricLog:
             step = int(logged_step)
         elif epoch is not None:
             floats.setdefault("epoch", epoch)
-        for lg in self.loggers:
+        for lg in loggers:
             lg.log_metrics(floats, step)
+
+    def _loggers_here(self) -> Sequence[Logger]:
+        """Every logger on global rank zero; elsewhere the user's own, which Lightning calls on every rank."""
+        if self.strategy.is_global_zero:
+            return self.loggers
+        return [lg for lg in self.loggers if called_on_every_rank(lg)]
 
     def flush_loggers(self) -> None:
         """A logging point is complete (its metrics and whatever hooks logged beside them): send it as one row
         (``save``, Lightning's name, which a steadytrain logger implements as ``flush``)."""
-        if self.loggers and self.strategy.is_global_zero:
-            for lg in self.loggers:
+        if self.loggers:
+            for lg in self._loggers_here():
                 save = getattr(lg, "save", None)  # a logger shaped as Lightning's may lack it: it sends each row
                 if save is not None:
                     save()

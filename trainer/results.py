@@ -22,7 +22,7 @@ from trainer.exceptions import MisconfigurationException
 from trainer.log_rules import loggable_error
 
 if TYPE_CHECKING:
-    from trainer.strategies.base import Strategy
+    from trainer.strategies.base import ReduceOp, Strategy
 
 REDUCE_FX = ("mean", "sum", "max", "min")
 _CALLABLES: dict[Any, str] = {
@@ -96,7 +96,7 @@ class Results:
     dataloader_idx: int | None = None  # the evaluation loader running now; None in epoch-level hooks
     loaders_of: dict[str, set[int | None]] = field(default_factory=dict)  # key -> the loaders it was logged under
     step_values: dict[str, Any] = field(default_factory=dict)
-    step_sync: set[str] = field(default_factory=set)
+    step_sync: dict[str, ReduceOp] = field(default_factory=dict)  # step key -> its reduce_fx across ranks
     epoch_values: dict[str, _EpochValue] = field(default_factory=dict)
     prog_bar: set[str] = field(default_factory=set)
     no_logger: set[str] = field(default_factory=set)
@@ -191,7 +191,7 @@ class Results:
             if step_value is not None or not is_metric:  # a Metric only updated (no forward) has no step value
                 self.step_values[step_key] = as_scalar(step_value, name)
                 if sync:
-                    self.step_sync.add(step_key)
+                    self.step_sync[step_key] = fx  # type: ignore[assignment]  # one of REDUCE_FX, checked in log
         if epoch_key is None:
             if is_metric:
                 self.step_only_metrics[step_key or name] = value
@@ -215,11 +215,12 @@ class Results:
         return {self.forks[k]: v for k, v in values.items() if k in self.forks}
 
     def pop_step_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
-        """Per-step values since the last call, averaged across ranks where asked (a collective then)."""
+        """Per-step values since the last call, reduced across ranks with their ``reduce_fx`` where asked (a
+        collective then), as Lightning's: ``sum`` adds the ranks' values, ``max`` takes the largest."""
         values = self.step_values
         self.step_values = {}
-        for key in sorted(self.step_sync & values.keys()):
-            values[key] = strategy.all_reduce(values[key].detach(), "mean")  # in its dtype (as_scalar), as Lightning
+        for key in sorted(self.step_sync.keys() & values.keys()):
+            values[key] = strategy.all_reduce(values[key].detach(), self.step_sync[key])  # in its dtype (as_scalar)
         return values
 
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:

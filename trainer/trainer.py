@@ -26,6 +26,7 @@ from trainer.data.combined import CombinedBatches
 from trainer.loggers.base import Logger
 from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
+from trainer.loggers.logger_folder import logger_folder
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
@@ -443,10 +444,8 @@ class Trainer:
     @property
     def run_folder(self) -> str:
         """Where this run's files go: the first logger's folder, else ``default_root_dir``."""
-        for lg in self.loggers:
-            if lg.log_dir is not None:
-                return os.fspath(lg.log_dir)
-        return self.default_root_dir
+        folders = (logger_folder(lg) for lg in self.loggers)
+        return next((folder for folder in folders if folder is not None), self.default_root_dir)
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -25,7 +25,11 @@ class TorchElasticEnvironment(ClusterEnvironment):
 
     @staticmethod
     def detect() -> bool:
-        return {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} <= set(os.environ)
+        """torchrun sets ``TORCHELASTIC_RUN_ID`` for every rank (torch's and Lightning's test), so it wins over a
+        SLURM job's variables when torchrun runs inside an allocation; or its rank variables, all four."""
+        return "TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} <= set(
+            os.environ
+        )
 
     def world_size(self) -> int:
         return _required("WORLD_SIZE", "torchrun")
