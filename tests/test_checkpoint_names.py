@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -72,3 +73,12 @@ def test_another_dirpath_given_restores_only_the_best_path(tmp_path: Path) -> No
         elsewhere.load_state_dict(callback.state_dict())
     assert elsewhere.best_model_path == callback.best_model_path
     assert elsewhere.best_k_models == {} and elsewhere.best_model_score is None and elsewhere.last_model_path == ""
+
+
+def test_a_stand_in_logger_puts_checkpoints_where_lightning_does(tmp_path: Path) -> None:
+    stand_in = mock.MagicMock(name="logger")  # not a trainer.loggers.Logger: read as Lightning reads any logger
+    stand_in.name, stand_in.save_dir, stand_in.version = "mine", tmp_path / "logs", "0"
+    del stand_in.__iter__
+    data = loader(regression_data(16), batch_size=8)
+    quiet(tmp_path, max_epochs=1, logger=stand_in, enable_checkpointing=True).fit(Regressor(), data)
+    assert sorted(os.listdir(tmp_path / "logs" / "mine" / "0" / "checkpoints")) == ["epoch=0-step=2.ckpt", "last.ckpt"]

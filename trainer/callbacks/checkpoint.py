@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainer.callbacks.base import Checkpoint
-from trainer.callbacks.checkpoint_naming import fill_filename, last_path, report
+from trainer.callbacks.checkpoint_naming import default_dirpath, fill_filename, last_path, report
 from trainer.callbacks.checkpoint_options import (
     as_tensor,
     check_options,
@@ -126,7 +126,7 @@ class ModelCheckpoint(Checkpoint):
     def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
-            self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
+            self.dirpath = trainer.strategy.broadcast(default_dirpath(trainer))
         if self.save_last == "link" and "://" in str(self.dirpath):
             raise ValueError(
                 f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "

@@ -38,6 +38,20 @@ def fill_filename(template: str, metrics: dict[str, Any], auto_insert_metric_nam
     return re.sub(_FIELD, field, template).format(**safe).replace(os.sep, "_")
 
 
+def default_dirpath(trainer: "Trainer") -> str:
+    """Where checkpoints go without ``dirpath``: ``<run folder>/checkpoints``. A first logger that is not a
+    steadytrain ``Logger`` (a stand-in object, a mock) is read as Lightning reads any logger:
+    ``<save_dir or default_root_dir>/<name>/<version, or version_<n>>/checkpoints``."""
+    from trainer.loggers.base import Logger
+
+    first = trainer.loggers[0] if trainer.loggers else None
+    if first is None or isinstance(first, Logger):
+        return os.path.join(trainer.run_folder, "checkpoints")
+    save_dir = first.save_dir if first.save_dir is not None else trainer.default_root_dir
+    version = first.version if isinstance(first.version, str) else f"version_{first.version}"
+    return os.path.join(os.fspath(save_dir), str(first.name), version, "checkpoints")
+
+
 def last_path(callback: "ModelCheckpoint", trainer: "Trainer") -> Path:
     """Rank zero: ``callback``'s last checkpoint, ``last.ckpt`` unless another run wrote that (then
     ``last-v1.ckpt``, as Lightning names it, and said once).
