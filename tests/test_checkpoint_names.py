@@ -10,8 +10,10 @@ from unittest import mock
 import pytest
 import torch
 
+import trainer
 from tests.models import Regressor, loader, quiet, regression_data
 from trainer.callbacks import ModelCheckpoint
+from trainer.exceptions import MisconfigurationException
 
 
 def fit(tmp_path: Path, callback: ModelCheckpoint, epochs: int, **flags: object) -> None:
@@ -82,3 +84,21 @@ def test_a_stand_in_logger_puts_checkpoints_where_lightning_does(tmp_path: Path)
     data = loader(regression_data(16), batch_size=8)
     quiet(tmp_path, max_epochs=1, logger=stand_in, enable_checkpointing=True).fit(Regressor(), data)
     assert sorted(os.listdir(tmp_path / "logs" / "mine" / "0" / "checkpoints")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+
+
+@pytest.mark.parametrize("where", ["root", "dirpath", "save_checkpoint"])
+def test_a_url_for_runs_or_checkpoints_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "memory://bucket/run"
+    with pytest.raises(MisconfigurationException, match=r"'memory://bucket/run[^']*' is a URL; .* Give a local folder"):
+        if where == "root":
+            trainer.Trainer(default_root_dir=url)
+        elif where == "dirpath":
+            fit(tmp_path, ModelCheckpoint(dirpath=url), epochs=1)
+        else:
+            run = quiet(tmp_path, max_epochs=1)
+            run.fit(Regressor(), loader(regression_data(16), batch_size=8))
+            run.save_checkpoint(f"{url}/model.ckpt")
+    assert not (tmp_path / "memory:").exists()

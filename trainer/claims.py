@@ -31,6 +31,20 @@ if TYPE_CHECKING:
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK}
 
 
+def refuse_url(path: str | os.PathLike[str], what: str) -> None:
+    """A URL (``s3://``, ``memory://``) is refused where steadytrain writes runs and checkpoints: both rest on local
+    filesystem guarantees (an exclusive create, an atomic rename) that object stores do not give, and a URL taken
+    for a local path would write to a folder named ``s3:`` instead."""
+    if "://" in os.fspath(path):
+        from trainer.exceptions import MisconfigurationException
+
+        raise MisconfigurationException(
+            f"{what} {os.fspath(path)!r} is a URL; steadytrain writes run folders and checkpoints to a local (or "
+            "mounted) folder, as it claims names exclusively and replaces files by an atomic rename, which object "
+            "stores cannot do. Give a local folder and copy it where you need it."
+        )
+
+
 # ---- run folders ----------------------------------------------------------------------------------------
 def next_version(root: str) -> int:
     """The first ``n`` above every existing ``version_<n>`` folder: a guess that ``claim_version`` makes sure of."""

@@ -31,7 +31,7 @@ from trainer.callbacks.checkpoint_options import (
     warn_missing_monitor,
     worst_value,
 )
-from trainer.claims import RunNames
+from trainer.claims import RunNames, refuse_url
 
 if TYPE_CHECKING:
     from trainer.module import Module
@@ -132,6 +132,7 @@ class ModelCheckpoint(Checkpoint):
                 f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
                 f"`dirpath={self.dirpath}`: a symbolic link needs a local filesystem; use save_last=True there."
             )
+        refuse_url(str(self.dirpath), "ModelCheckpoint's dirpath")
         if stage == "fit" and trainer.is_global_zero:
             from trainer.checkpoint.leftovers import clean
 
