@@ -102,3 +102,13 @@ def test_a_url_for_runs_or_checkpoints_is_refused_before_anything_is_written(
             run.fit(Regressor(), loader(regression_data(16), batch_size=8))
             run.save_checkpoint(f"{url}/model.ckpt")
     assert not (tmp_path / "memory:").exists()
+
+
+def test_save_last_link_is_a_relative_link_so_the_folder_can_move(tmp_path: Path) -> None:
+    callback = ModelCheckpoint(tmp_path / "c", monitor="epoch", mode="max", save_last="link")
+    fit(tmp_path, callback, epochs=2)
+    link = tmp_path / "c" / "last.ckpt"
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+    assert Path(os.readlink(link)) == Path(callback.best_model_path).relative_to(tmp_path / "c")
+    (tmp_path / "c").rename(tmp_path / "moved")
+    assert torch.load(tmp_path / "moved" / "last.ckpt", weights_only=True)["epoch"] == 1
