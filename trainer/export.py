@@ -82,7 +82,9 @@ def to_torchscript(
 ) -> Any:
     """The module compiled by ``torch.jit.script`` (default) or traced by ``torch.jit.trace``, saved to
     ``file_path`` if given."""
-    from trainer.utilities.rank_zero import LightningDeprecationWarning, rank_zero_only
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    from trainer.user_warnings import LightningDeprecationWarning
 
     if getattr(rank_zero_only, "rank", 0) == 0:  # the category a ported `pytest.warns` names
         warnings.warn(_DEPRECATED, LightningDeprecationWarning, stacklevel=3)
