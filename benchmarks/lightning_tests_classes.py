@@ -202,6 +202,32 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "a machine where such a package is installed; pass them in callbacks=[...]",
         "What differs: Callbacks come from `callbacks=`, not from entry points",
     ),
+    r"checkpointing\.test_model_checkpoint::test_ckpt_version_after_rerun_same_trainer$": (
+        "each fit() starts at epoch 0, so the second fit of the same Trainer saves four more versions of the one "
+        "file name (test-v10 to test-v13) where Lightning's continues at epoch 2 and saves two",
+        "What differs: Each fit starts from the beginning",
+    ),
+    r"checkpointing\.test_model_checkpoint::test_model_checkpoint_saveload_ckpt$": (
+        "a ModelCheckpoint without dirpath that restores a checkpoint keeps writing to that run's checkpoint folder "
+        "with its top-k and last.ckpt (a given dirpath that differs restores only best_model_path, as Lightning); "
+        "and setup() claims the run's folder as it picks it",
+        "What differs: Runs that share a folder keep their own files",
+    ),
+    r"checkpointing\.test_model_checkpoint::test_model_checkpoint_no_extraneous_invocations$": (
+        "each checkpoint holds every rank's random state for an exact resume; gathering it pickles tensors, which "
+        "torch does through torch.save on every rank; the test counts torch.save calls",
+        "What differs: Exact resume, and signals",
+    ),
+    r"loggers\.test_wandb::test_wandb_log_model_with_score$": (
+        "WandbLogger.finalize finishes the wandb run (the next stage continues it); the test's stand-in run has no "
+        "finish(), as Lightning leaves the run open",
+        "What differs: Loggers",
+    ),
+    r"trainer\.connectors\.test_checkpoint_connector::test_(ckpt_for_fsspec|local_cross_device_checkpoint)$": (
+        "a URL (memory://, s3://) as default_root_dir is refused: run folders and checkpoints rest on exclusive "
+        "creates and atomic renames that object stores do not give",
+        "What differs: Runs and checkpoints are written to local folders",
+    ),
 }
 
 # Lightning's internals a test can reach: its loops and connectors, private names, module paths patched by string.

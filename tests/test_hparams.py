@@ -279,3 +279,17 @@ def test_a_subclass_drops_what_its_base_saved() -> None:
             self.remove_ignored_hparams(["seed"])
 
     assert dict(Sub().hparams) == {"width": 8}
+
+
+def test_a_module_that_sets_its_own_hparams_attribute_still_records_its_arguments(tmp_path: Path) -> None:
+    class OwnsHparams(Regressor):  # Lightning's private name, set by hand as some Lightning modules do
+        def __init__(self, width: int = 3) -> None:
+            super().__init__()
+            self._hparams = {"width": width}
+
+    module = OwnsHparams(width=5)
+    fit = quiet(tmp_path, max_epochs=1, enable_checkpointing=True)
+    fit.fit(module, loader(regression_data(16), batch_size=8))
+    assert module._hparams == {"width": 5} and module.hparams == {"width": 5}
+    saved = torch.load(fit.checkpoint_callback.best_model_path, weights_only=True)
+    assert saved["hyper_parameters"] == {"width": 5}

@@ -11,6 +11,7 @@ import torch
 
 import trainer
 from tests.models import Regressor, loader, quiet, regression_data
+from trainer.utilities.rank_zero import LightningDeprecationWarning
 
 
 class Forward(Regressor):
@@ -37,7 +38,7 @@ def test_to_torchscript_scripts_or_traces_in_eval_mode_and_keeps_the_modules_own
     module.example_input_array = torch.randn(3, 8)
     expected = module.eval()(module.example_input_array)
     module.train()
-    with pytest.deprecated_call(match="deprecated in v2.7"):
+    with pytest.warns(LightningDeprecationWarning, match="deprecated in v2.7"):  # the category Lightning names
         scripted = module.to_torchscript(file_path=tmp_path / "model.pt")
     assert module.training and not scripted.training
     assert torch.allclose(torch.jit.load(tmp_path / "model.pt")(module.example_input_array), expected)

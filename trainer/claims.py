@@ -31,6 +31,20 @@ if TYPE_CHECKING:
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK}
 
 
+def refuse_url(path: str | os.PathLike[str], what: str) -> None:
+    """A URL (``s3://``, ``memory://``) is refused where steadytrain writes runs and checkpoints: both rest on local
+    filesystem guarantees (an exclusive create, an atomic rename) that object stores do not give, and a URL taken
+    for a local path would write to a folder named ``s3:`` instead."""
+    if "://" in os.fspath(path):
+        from trainer.exceptions import MisconfigurationException
+
+        raise MisconfigurationException(
+            f"{what} {os.fspath(path)!r} is a URL; steadytrain writes run folders and checkpoints to a local (or "
+            "mounted) folder, as it claims names exclusively and replaces files by an atomic rename, which object "
+            "stores cannot do. Give a local folder and copy it where you need it."
+        )
+
+
 # ---- run folders ----------------------------------------------------------------------------------------
 def next_version(root: str) -> int:
     """The first ``n`` above every existing ``version_<n>`` folder: a guess that ``claim_version`` makes sure of."""
@@ -126,8 +140,11 @@ def versioned(folder: str | os.PathLike[str], stem: str, ext: str, version: int)
     return Path(folder) / (f"{stem}{ext}" if version == 0 else f"{stem}-v{version}{ext}")
 
 
-def claim_name(folder: str | os.PathLike[str], stem: str, ext: str, owns: Callable[[Path], bool]) -> tuple[Path, bool]:
-    """The first of ``stem``, ``stem-v1``... that this run ``owns`` or claims now; and whether it claimed it now."""
+def claim_name(
+    folder: str | os.PathLike[str], stem: str, ext: str, owns: Callable[[Path], bool], start: int = 1
+) -> tuple[Path, bool]:
+    """The first of ``stem``, ``stem-v<start>``, ``stem-v<start+1>``... that this run ``owns`` or claims now; and
+    whether it claimed it now."""
     version = 0
     while True:
         path = versioned(folder, stem, ext, version)
@@ -135,7 +152,7 @@ def claim_name(folder: str | os.PathLike[str], stem: str, ext: str, owns: Callab
             return path, False
         if claim_file(path):
             return path, True
-        version += 1
+        version = max(version + 1, start)
 
 
 def is_placeholder(path: str | os.PathLike[str]) -> bool:
@@ -185,11 +202,25 @@ class RunNames:
             path = versioned(folder, stem, ext, version)
         return path
 
-    def claim(self, folder: str | os.PathLike[str], stem: str, ext: str, counter: bool = True) -> Path:
+    def claim(
+        self,
+        folder: str | os.PathLike[str],
+        stem: str,
+        ext: str,
+        counter: bool = True,
+        replaces: str | None = "",
+        start: int = 1,
+    ) -> Path:
         """The name this run writes, created exclusively first; another run's file gets the next ``-v<n>``.
-        Without ``counter`` (Lightning's ``enable_version_counter=False``: overwrite) replacing one is warned."""
+        Without ``counter`` (Lightning's ``enable_version_counter=False``: overwrite) replacing one is warned.
+
+        ``replaces`` (Lightning's rule for top-k files): the one existing file this save may take the name of,
+        the checkpoint it drops (None: none); any other file there, this run's or another's, keeps its name and
+        the new one gets the next ``-v<n>``. Left out: every name this run claimed or resumed may be replaced.
+        """
         if counter:
-            path, new = claim_name(folder, stem, ext, self.owns)
+            owns = self.owns if replaces == "" else (lambda path: replaces is not None and path == Path(replaces))
+            path, new = claim_name(folder, stem, ext, owns, start)
         else:
             path = versioned(folder, stem, ext, 0)
             new = not self.owns(path) and claim_file(path)

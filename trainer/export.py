@@ -82,10 +82,12 @@ def to_torchscript(
 ) -> Any:
     """The module compiled by ``torch.jit.script`` (default) or traced by ``torch.jit.trace``, saved to
     ``file_path`` if given."""
-    from lightning_utilities.core import rank_zero
+    from lightning_utilities.core.rank_zero import rank_zero_only
 
-    if getattr(rank_zero.rank_zero_only, "rank", 0) == 0:  # Lightning's category where it is loaded (its tests)
-        warnings.warn(_DEPRECATED, rank_zero.rank_zero_deprecation_category, stacklevel=3)
+    from trainer.user_warnings import LightningDeprecationWarning
+
+    if getattr(rank_zero_only, "rank", 0) == 0:  # the category a ported `pytest.warns` names
+        warnings.warn(_DEPRECATED, LightningDeprecationWarning, stacklevel=3)
     if method not in ("script", "trace"):
         raise ValueError(f"The 'method' parameter only supports 'script' or 'trace', but value given was: {method}")
     with _in_eval(module), _scripting(module):

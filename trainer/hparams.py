@@ -113,8 +113,9 @@ class HyperparametersMixin:
 
 def state_of(obj: Any) -> HParams:
     """The ``HParams`` a Module or DataModule keeps in its ``__dict__`` (made on first use; written
-    there directly so ``nn.Module.__setattr__`` never sees it)."""
-    state: HParams = obj.__dict__.setdefault("_hparams", HParams())
+    there directly so ``nn.Module.__setattr__`` never sees it). Not under Lightning's private name ``_hparams``,
+    which a ported module may assign itself."""
+    state: HParams = obj.__dict__.setdefault("_steadytrain_hparams", HParams())
     return state
 
 

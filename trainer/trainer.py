@@ -22,6 +22,7 @@ from trainer.accelerators import Accelerator, accelerator_for, select_strategy
 from trainer.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from trainer.callbacks.base import Callback
 from trainer.callbacks.defaults import checkpointing_last, with_defaults
+from trainer.claims import refuse_url
 from trainer.data.combined import CombinedBatches
 from trainer.loggers.base import Logger
 from trainer.loggers.build import build_loggers
@@ -221,6 +222,7 @@ class Trainer:
             self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
             print(f"steadytrain: fast_dev_run: {n} batch(es) of each stage; no logging, checkpoints or early stopping.")
         root = os.getcwd() if default_root_dir is None else os.fspath(default_root_dir)
+        refuse_url(root, "Trainer's default_root_dir")  # normpath would turn it into a local folder "s3:"
         self.default_root_dir = os.path.normpath(os.path.expanduser(root))  # a str, as Lightning's
         self.on_nonfinite_loss = on_nonfinite_loss
         self.on_data_change = on_data_change
@@ -719,6 +721,7 @@ class Trainer:
         """
         from trainer.checkpoint.state import build_checkpoint
 
+        refuse_url(filepath, "trainer.save_checkpoint's filepath")
         if self._module is None:
             raise AttributeError(
                 "Saving a checkpoint is only possible if a model is attached to the Trainer: call "

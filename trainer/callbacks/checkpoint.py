@@ -11,7 +11,6 @@ symbolic link instead.
 
 import math
 import os
-import re
 import time
 import warnings
 from datetime import timedelta
@@ -21,14 +20,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainer.callbacks.base import Checkpoint
-from trainer.claims import RunNames
-from trainer.exceptions import MisconfigurationException
+from trainer.callbacks.checkpoint_naming import default_dirpath, fill_filename, last_path, report
+from trainer.callbacks.checkpoint_options import (
+    as_tensor,
+    check_options,
+    load_state,
+    logged_score,
+    missing_monitor,
+    triggers,
+    warn_missing_monitor,
+    worst_value,
+)
+from trainer.claims import RunNames, refuse_url
 
 if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.view import TrainerView as Trainer
-
-_MODES = ("min", "max")
 
 
 class ModelCheckpoint(Checkpoint):
@@ -43,6 +50,7 @@ class ModelCheckpoint(Checkpoint):
     monitors_metrics = True
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1  # a name that exists gets -v<STARTING_VERSION>, then the next free -v<n>
 
     def __init__(
         self,
@@ -62,35 +70,8 @@ class ModelCheckpoint(Checkpoint):
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
     ) -> None:
-        if mode not in _MODES:
-            raise MisconfigurationException(
-                f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}."
-            )
-        if save_top_k < -1:
-            raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k!r}) must be -1 (all), 0 or more: Invalid value for "
-                f"save_top_k={save_top_k}. Must be >= -1"
-            )
-        if monitor is None and save_top_k not in (-1, 0, 1):
-            raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration. No quantity "
-                "for top_k to track: pass monitor=, or save_top_k=-1 (all), 0 or 1 (the newest)."
-            )
-        if save_last not in (True, False, None, "link"):
-            raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False, None or 'link'.")
-        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
-            if value is not None and value < 0:
-                raise MisconfigurationException(
-                    f"ModelCheckpoint({name}={value!r}) must be >= 0 or None: Invalid value for {name}={value}. "
-                    "Must be >= 0"
-                )
-        triggers = [bool(every_n_train_steps), train_time_interval is not None, bool(every_n_epochs)]
-        if sum(triggers) > 1:
-            raise MisconfigurationException(
-                f"Combination of parameters every_n_train_steps={every_n_train_steps}, every_n_epochs="
-                f"{every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive: "
-                "ModelCheckpoint saves on one of them."
-            )
+        check_options(mode, save_top_k, monitor, save_last, every_n_epochs, every_n_train_steps, train_time_interval)
+        fired = triggers(every_n_train_steps, train_time_interval, every_n_epochs)
         # a str, absolute with ``~`` expanded, as Lightning's (a remote URL is kept as given)
         self.dirpath = _local_dirpath(os.fspath(dirpath)) if dirpath is not None else None
         self._dirpath_given = dirpath is not None
@@ -104,12 +85,15 @@ class ModelCheckpoint(Checkpoint):
         self.auto_insert_metric_name = auto_insert_metric_name
         self.every_n_train_steps = every_n_train_steps or 0
         self.train_time_interval = train_time_interval
-        self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (0 if any(triggers) else 1)
+        self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (0 if any(fired) else 1)
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.enable_version_counter = enable_version_counter
         self.save_on_exception = save_on_exception  # one more save when a stage raises (checkpoint_on_exception.py)
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
+        self.best_model_score: torch.Tensor | None = None  # as Lightning's: plain attributes a user may set
+        self.kth_best_model_path = ""
+        self.kth_value: torch.Tensor = worst_value(mode)
         self.last_model_path = ""
         self.current_score: torch.Tensor | None = None
         self._last_global_step_saved = 0  # as in Lightning: nothing to save before the first step
@@ -138,26 +122,17 @@ class ModelCheckpoint(Checkpoint):
         """The key steadytrain used before it took Lightning's: its checkpoints still restore."""
         return f"ModelCheckpoint[{self.monitor}]" + (", weights_only" if self.save_weights_only else "")
 
-    @property
-    def best_model_score(self) -> torch.Tensor | None:
-        """The best monitored value, a 0-d tensor as in Lightning (``.item()`` and ``float()`` both work)."""
-        score = self.best_k_models.get(self.best_model_path)
-        return None if score is None else torch.tensor(score)
-
-    @property
-    def kth_best_model_path(self) -> str:
-        return self._worst() if self.best_k_models else ""
-
     # ---- when to save ----------------------------------------------------------------------------------
     def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             # Ranks agree on the folder rank zero chose (only it knows the logger's version).
-            self.dirpath = trainer.strategy.broadcast(os.path.join(trainer.run_folder, "checkpoints"))
+            self.dirpath = trainer.strategy.broadcast(default_dirpath(trainer))
         if self.save_last == "link" and "://" in str(self.dirpath):
             raise ValueError(
                 f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
                 f"`dirpath={self.dirpath}`: a symbolic link needs a local filesystem; use save_last=True there."
             )
+        refuse_url(str(self.dirpath), "ModelCheckpoint's dirpath")
         if stage == "fit" and trainer.is_global_zero:
             from trainer.checkpoint.leftovers import clean
 
@@ -243,7 +218,7 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_saved = time.monotonic()
         self._saved_this_fit = True
         score = self._score(trainer)
-        self.current_score = self._score_tensor(trainer, score)
+        self.current_score = logged_score(trainer.callback_metrics.get(self.monitor or ""), score)
         name = self.format_checkpoint_name(self._candidates(trainer))  # on every rank: a bad template fails on all
         chosen = self._choose(trainer, name, score) if trainer.is_global_zero else None
         keep, path, last = trainer.strategy.broadcast(chosen)
@@ -258,7 +233,7 @@ class ModelCheckpoint(Checkpoint):
             for lg in trainer.loggers:
                 lg.after_save_checkpoint(self)
         if self.verbose and trainer.is_global_zero:
-            self._report(trainer, Path(path if keep else last), score, keep)
+            report(self, trainer, Path(path if keep else last), score, keep)
 
     def _write_last(self, trainer: "Trainer") -> None:
         """``last.ckpt`` alone, outside the top-k (collective, as ``save``)."""
@@ -269,7 +244,7 @@ class ModelCheckpoint(Checkpoint):
         self.last_model_path = trainer.strategy.broadcast(last)
         self._write(trainer, Path(self.last_model_path))
         if self.verbose and trainer.is_global_zero:
-            self._report(trainer, Path(self.last_model_path), 0.0, kept=False)
+            report(self, trainer, Path(self.last_model_path), 0.0, kept=False)
 
     def _write(self, trainer: "Trainer", path: Path, link: Path | None = None) -> None:
         """Save ``path`` (and make ``link`` the same checkpoint); a failure gives back the names claimed for it."""
@@ -291,9 +266,9 @@ class ModelCheckpoint(Checkpoint):
     def _choose(self, trainer: "Trainer", name: str, score: float | None) -> tuple[bool, str, str]:
         """Rank zero: whether to keep this checkpoint, its path and ``last``'s, each claimed for this run."""
         assert self.dirpath is not None
-        ext, counter = self.FILE_EXTENSION, self.enable_version_counter
-        keep = self._should_keep(score, self._spelled(self._names.free(self.dirpath, name, ext, counter)))
-        path = self._names.claim(self.dirpath, name, ext, counter) if keep else Path()
+        ext, counter, keep = self.FILE_EXTENSION, self.enable_version_counter, self._should_keep(score)
+        start, replaces = self.STARTING_VERSION, self._replaced()
+        path = self._names.claim(self.dirpath, name, ext, counter, replaces, start) if keep else Path()
         last = self._last_path(trainer) if self.save_last else Path()
         return keep, self._spelled(path), self._spelled(last)
 
@@ -306,55 +281,13 @@ class ModelCheckpoint(Checkpoint):
         return path in self.best_k_models or path in (self.best_model_path, self.last_model_path)
 
     def _last_path(self, trainer: "Trainer") -> Path:
-        """Rank zero: this callback's last checkpoint, ``last.ckpt`` unless another run wrote that (then
-        ``last-v1.ckpt``, as Lightning names it, and said once).
-
-        This run's callbacks that keep a last checkpoint in one folder claim their names together, those that
-        save the full state first, whatever the callbacks' order: ``last.ckpt`` is then the one a resume can use,
-        and a weights-only callback's goes to ``last-v1.ckpt`` without a word about another run.
-        """
-        here = [cb for cb in trainer.checkpoint_callbacks if cb.save_last and cb.dirpath == self.dirpath]
-        taken: set[str] = set()  # names this run's callbacks hold
-        for callback in sorted(here if self in here else [*here, self], key=lambda cb: cb.save_weights_only):
-            if callback._last is None:  # the one in its state (this run's, or the resumed run's), or a new one
-                own = Path(callback.last_model_path) if callback.last_model_path else None
-                callback._last = own if own and own.parent == Path(str(self.dirpath)) else callback._claim_last(taken)
-            taken.add(callback._last.name)
-            if callback is self:
-                break
-        assert self._last is not None
-        return self._last
-
-    def _claim_last(self, taken: set[str]) -> Path:
-        assert self.dirpath is not None
-        stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
-        path = self._names.claim(self.dirpath, stem, ext, self.enable_version_counter)
-        first = f"{stem}{ext}"
-        if path.name != first and first not in taken:
-            warnings.warn(
-                f"ModelCheckpoint: {path.with_name(first)} was written by another run, so this run keeps its "
-                f"last checkpoint in {path.name} and leaves that one alone. fit(ckpt_path='last') takes the latest "
-                "run's; pass this file's path to resume this run.",
-                stacklevel=4,
-            )
-        return path
+        return last_path(self, trainer)
 
     def _warn_if_dir_not_empty(self) -> None:
         """Lightning's warning: another run's checkpoints may be there (they are never replaced: see ``RunNames``)."""
         assert self.dirpath is not None
         if self.save_top_k != 0 and os.path.isdir(self.dirpath) and os.listdir(self.dirpath):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
-
-    def _report(self, trainer: "Trainer", path: Path, score: float | None, kept: bool) -> None:
-        where = f"Epoch {trainer.current_epoch}, global step {trainer.global_step}"
-        if self.monitor is None or not kept:
-            print(f"{where}: saving model to {str(path)!r}", flush=True)
-        else:
-            print(
-                f"{where}: {self.monitor!r} reached {score:.5g} (best {self.best_model_score:.5g}), saving model "
-                f"to {str(path)!r} as top {self.save_top_k}",
-                flush=True,
-            )
 
     def _score(self, trainer: "Trainer") -> float | None:
         """The monitored value (``epoch`` and ``step`` need no ``self.log``); NaN counts as the worst possible
@@ -365,29 +298,12 @@ class ModelCheckpoint(Checkpoint):
         if value is None and trainer.fit_loop.progress.validations == 0:
             if not self._warned_missing:  # Lightning's rule: maybe a validation metric, logged later
                 self._warned_missing = True
-                warnings.warn(
-                    f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
-                    f"metrics: {sorted(self._candidates(trainer))}. HINT: Did you call `log({self.monitor!r}, value)` "
-                    "in the `LightningModule`? No top-k checkpoint is kept until it is logged.",
-                    stacklevel=2,
-                )
+                warn_missing_monitor(self.monitor, sorted(self._candidates(trainer)))
             return None
         if value is None:
-            raise KeyError(
-                f"ModelCheckpoint(monitor={self.monitor!r}) found no such logged metric; logged: "
-                f"{sorted(trainer.callback_metrics) or 'nothing'}. Log it with self.log({self.monitor!r}, ...)."
-            )
+            raise missing_monitor(self.monitor, sorted(trainer.callback_metrics))
         score = float(value)
         return (math.inf if self.mode == "min" else -math.inf) if math.isnan(score) else score
-
-    def _score_tensor(self, trainer: "Trainer", score: float | None) -> torch.Tensor | None:
-        """The score as Lightning keeps ``current_score``: the logged tensor itself (NaN as ``score``'s inf)."""
-        if score is None:
-            return None
-        logged = trainer.callback_metrics.get(self.monitor) if self.monitor is not None else None
-        if isinstance(logged, torch.Tensor) and not torch.isnan(logged).any():
-            return logged.detach().cpu().clone()
-        return torch.tensor(score)
 
     def _candidates(self, trainer: "Trainer") -> dict[str, Any]:
         """Logged values, with ``epoch`` and ``step`` the Trainer's unless the module logged its own."""
@@ -397,39 +313,29 @@ class ModelCheckpoint(Checkpoint):
         return values
 
     def format_checkpoint_name(self, metrics: dict[str, Any]) -> str:
-        """``filename`` (default ``{epoch}-{step}``) filled in; ``{x}`` becomes ``x=<value>`` with
-        ``auto_insert_metric_name``. A name the template uses but nobody logged is an error."""
-        template = self.filename or "{epoch}-{step}"
-        names = re.findall(r"{([^{}:]+)(?::[^{}]*)?}", template)
-        missing = sorted(n for n in names if n not in metrics)
-        if missing:
-            raise KeyError(
-                f"ModelCheckpoint(filename={template!r}) uses {missing}, which were not logged; logged: "
-                f"{sorted(k for k in metrics if k not in ('epoch', 'step'))}."
-            )
-        safe = {f"m{i}": metrics[n] for i, n in enumerate(names)}
-
-        def field(match: re.Match[str]) -> str:
-            name, spec = match.group(1), match.group(2) or ""
-            key = f"m{names.index(name)}"
-            label = f"{name}=" if self.auto_insert_metric_name else ""
-            return f"{label}{{{key}{spec}}}"
-
-        filled = re.sub(r"{([^{}:]+)(:[^{}]*)?}", field, template).format(**safe)
-        return filled.replace(os.sep, "_")
+        """``filename`` (default ``{epoch}-{step}``) filled in (``checkpoint_naming.fill_filename``)."""
+        return fill_filename(self.filename or "{epoch}-{step}", metrics, self.auto_insert_metric_name)
 
     @property
     def _order(self) -> str:
         """Without a monitor the newest (highest step) counts as best."""
         return self.mode if self.monitor is not None else "max"
 
-    def _should_keep(self, score: float | None, path: str) -> bool:
+    def _should_keep(self, score: float | None) -> bool:
         if self.save_top_k == 0 or score is None:
             return False
-        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k or path in self.best_k_models:
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
         worst = self.best_k_models[self._worst()]
         return score < worst if self._order == "min" else score > worst
+
+    def _replaced(self) -> str | None:
+        """Lightning's rule: the one file a kept checkpoint may take the name of is the one it drops (the newest,
+        without a monitor); any other file with that name stays, and the new one is ``<name>-v<n>``."""
+        if self.monitor is None:
+            return self.best_model_path or None
+        full = self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k
+        return self._worst() if full and self.best_k_models else None
 
     def _worst(self) -> str:
         pick = max if self._order == "min" else min
@@ -448,6 +354,10 @@ class ModelCheckpoint(Checkpoint):
             del self.best_k_models[dropped[-1]]
         best = min if self._order == "min" else max
         self.best_model_path = best(self.best_k_models, key=lambda p: self.best_k_models[p])
+        self.best_model_score = as_tensor(self.best_k_models[self.best_model_path])
+        if self.save_top_k == -1 or len(self.best_k_models) == self.save_top_k:
+            self.kth_best_model_path = self._worst()
+            self.kth_value = as_tensor(self.best_k_models[self.kth_best_model_path])  # type: ignore[assignment]
         return dropped
 
     def _delete(self, trainer: "Trainer", paths: list[str]) -> None:
@@ -471,7 +381,9 @@ class ModelCheckpoint(Checkpoint):
             "dirpath": str(self.dirpath) if self.dirpath else None,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
-            "best_model_score": self.best_k_models.get(self.best_model_path),
+            "best_model_score": self.best_model_score,
+            "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
             "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "monitor": self.monitor,
@@ -479,13 +391,7 @@ class ModelCheckpoint(Checkpoint):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best_k_models = dict(state_dict.get("best_k_models", {}))
-        self.best_model_path = state_dict.get("best_model_path", "")
-        self.last_model_path = state_dict.get("last_model_path", "")
-        self.current_score = state_dict.get("current_score")
-        self._last_global_step_saved = state_dict.get("last_global_step_saved", 0)
-        if not self._dirpath_given and state_dict.get("dirpath"):
-            self.dirpath = state_dict["dirpath"]  # a resumed run keeps writing to its own folder
+        load_state(self, state_dict)
 
 
 def _local_dirpath(dirpath: str) -> str:

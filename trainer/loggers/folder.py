@@ -16,7 +16,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from trainer.claims import claim_version, next_version
+from trainer.claims import claim_version, next_version, refuse_url
 from trainer.loggers.base import Logger
 
 
@@ -41,6 +41,7 @@ class RunFolder:
     """
 
     def __init__(self, save_dir: str, name: str, version: int | str | None = None) -> None:
+        refuse_url(save_dir, "the logger's save_dir (default_root_dir for the default logger)")
         self.save_dir = save_dir
         self.name = name
         self.root = expand(os.path.join(save_dir, name))  # ``~`` and ``$VAR`` expanded, as Lightning's log_dir

@@ -18,11 +18,7 @@ from lightning_utilities.core.rank_zero import (
 )
 
 from trainer.launch import rank_from_environment, set_global_rank
-
-
-class LightningDeprecationWarning(DeprecationWarning):
-    """Lightning's category for its deprecation notices (shown by default, as Lightning's are)."""
-
+from trainer.user_warnings import LightningDeprecationWarning
 
 __all__ = [
     "LightningDeprecationWarning",
