@@ -375,3 +375,12 @@ def test_the_harness_classes_a_fixtures_faked_package_as_internals(tmp_path: Pat
     assert classify("x.test_x::test_exists", faked, test_file)[0] == "internals"
     real = "E   ModuleNotFoundError: No module named 'trainer.loggers.neptune'"
     assert classify("x.test_x::test_exists", real, test_file) == ("import", "trainer.loggers.neptune")
+
+
+def test_the_harness_finds_a_test_whose_parameter_is_a_renamed_class() -> None:
+    """``[LightningModule]`` in a Lightning id is ``[Module]`` in the ported one: the same test, not a missing one."""
+    from benchmarks.lightning_tests import ported_id
+
+    assert ported_id("x.test_hparams::test_ignore[LightningDataModule]") == "x.test_hparams::test_ignore[DataModule]"
+    assert ported_id("x.test_a::test_b[LightningModule-1]") == "x.test_a::test_b[Module-1]"
+    assert ported_id("x.test_a::test_LightningModule") == "x.test_a::test_LightningModule"  # the name stays
