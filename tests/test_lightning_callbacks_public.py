@@ -7,7 +7,9 @@ import io
 import pickle
 from pathlib import Path
 
+import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from tests.models import Regressor, loader, quiet, regression_data
 
@@ -24,3 +26,29 @@ def test_a_fitted_trainer_and_its_module_pickle_and_load(tmp_path: Path) -> None
     assert isinstance(optimizer, torch.optim.SGD)
     assert optimizer.param_groups[0]["lr"] == module.lr
     assert pickle.loads(pickle.dumps(module)).lr == module.lr
+
+
+class NoValidation(Regressor):
+    """``val_dataloader`` returning []: Lightning's way to say there is no validation."""
+
+    def train_dataloader(self) -> DataLoader:
+        return loader(regression_data(32))
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return []
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return []
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        raise AssertionError("no test loaders: no test step")
+
+
+def test_val_dataloader_returning_an_empty_list_means_no_validation(tmp_path: Path) -> None:
+    run = quiet(tmp_path, max_epochs=1, limit_train_batches=2, num_sanity_val_steps=2)
+    with pytest.warns(UserWarning, match="validation loaders are an empty list"):
+        run.fit(NoValidation())
+    assert run.global_step == 2
+    assert "val_loss" not in run.callback_metrics
+    with pytest.warns(UserWarning, match="test loaders are an empty list"):
+        assert run.test(NoValidation()) == []
