@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 import pickle
 from pathlib import Path
+from unittest.mock import Mock
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import trainer
 from tests.models import Regressor, loader, quiet, regression_data
 
 
@@ -52,3 +54,17 @@ def test_val_dataloader_returning_an_empty_list_means_no_validation(tmp_path: Pa
     assert "val_loss" not in run.callback_metrics
     with pytest.warns(UserWarning, match="test loaders are an empty list"):
         assert run.test(NoValidation()) == []
+
+
+def test_a_mock_callback_from_configure_callbacks_gets_the_same_hooks_as_a_trainer_one(tmp_path: Path) -> None:
+    from_trainer, from_module = Mock(spec=trainer.Callback), Mock(spec=trainer.Callback)
+
+    class Configured(Regressor):
+        def configure_callbacks(self) -> list[trainer.Callback]:
+            return [from_module]
+
+    run = quiet(tmp_path, max_epochs=1, limit_train_batches=2, callbacks=[from_trainer])
+    run.fit(Configured(), loader(regression_data(32)), loader(regression_data(16)))
+    assert run.callbacks[-1] is from_module
+    assert [c[0] for c in from_module.method_calls] == [c[0] for c in from_trainer.method_calls]
+    assert "on_train_batch_end" in [c[0] for c in from_module.method_calls]
