@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import pickle
 from pathlib import Path
+from typing import Any
 from unittest.mock import Mock
 
 import pytest
@@ -68,3 +69,32 @@ def test_a_mock_callback_from_configure_callbacks_gets_the_same_hooks_as_a_train
     assert run.callbacks[-1] is from_module
     assert [c[0] for c in from_module.method_calls] == [c[0] for c in from_trainer.method_calls]
     assert "on_train_batch_end" in [c[0] for c in from_module.method_calls]
+
+
+def test_a_model_summary_subclass_gets_lightnings_summarize_arguments(tmp_path: Path) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    class Collected(trainer.ModelSummary):
+        @staticmethod
+        def summarize(
+            summary_data: list[tuple[str, list[str]]],
+            total_parameters: int,
+            trainable_parameters: int,
+            model_size: float,
+            total_training_modes: dict[str, int],
+            **summarize_kwargs: Any,
+        ) -> None:
+            seen.append(
+                (dict(summary_data), total_parameters, trainable_parameters, total_training_modes, summarize_kwargs)
+            )
+
+    module = Regressor()
+    module.net[0].requires_grad_(False)
+    run = quiet(tmp_path, max_steps=1, callbacks=[Collected(colour="red")])
+    run.fit(module, loader(regression_data(16)))
+    (columns, total, trainable, modes, kwargs) = seen[0]
+    assert columns["Name"] == ["net"] and columns["Type"] == ["Sequential"]
+    assert total == sum(p.numel() for p in module.parameters())
+    assert trainable == total - sum(p.numel() for p in module.net[0].parameters())
+    assert modes == {"train": len(list(module.modules())) - 1, "eval": 0}
+    assert kwargs["colour"] == "red" and isinstance(kwargs["total_flops"], int)
