@@ -98,3 +98,12 @@ def test_a_model_summary_subclass_gets_lightnings_summarize_arguments(tmp_path: 
     assert trainable == total - sum(p.numel() for p in module.net[0].parameters())
     assert modes == {"train": len(list(module.modules())) - 1, "eval": 0}
     assert kwargs["colour"] == "red" and isinstance(kwargs["total_flops"], int)
+
+
+def test_a_mock_logger_with_a_save_dir_gets_the_metrics_and_is_the_run_folder(tmp_path: Path) -> None:
+    logger = Mock()
+    logger.save_dir = str(tmp_path / "logs")
+    run = quiet(tmp_path, max_steps=2, log_every_n_steps=1, logger=logger)
+    run.fit(Regressor(), loader(regression_data(16)))
+    assert run.log_dir == logger.save_dir
+    assert logger.log_metrics.call_count >= 2  # the training loss of each step

@@ -442,10 +442,12 @@ class Trainer:
 
     @property
     def run_folder(self) -> str:
-        """Where this run's files go: the first logger's folder, else ``default_root_dir``."""
+        """Where this run's files go: the first logger's folder, else ``default_root_dir``. A logger shaped as
+        Lightning's (not ours) may have no ``log_dir``: its ``save_dir`` then, as Lightning's ``log_dir`` reads."""
         for lg in self.loggers:
-            if lg.log_dir is not None:
-                return os.fspath(lg.log_dir)
+            for folder in (getattr(lg, "log_dir", None), getattr(lg, "save_dir", None)):
+                if isinstance(folder, str | os.PathLike):
+                    return os.fspath(folder)
         return self.default_root_dir
 
     @property
