@@ -107,3 +107,34 @@ def test_a_mock_logger_with_a_save_dir_gets_the_metrics_and_is_the_run_folder(tm
     run.fit(Regressor(), loader(regression_data(16)))
     assert run.log_dir == logger.save_dir
     assert logger.log_metrics.call_count >= 2  # the training loss of each step
+
+
+class _RanksFailed:
+    """Stands in for the ddp_spawn launcher whose rank raised: the error arrives here after the ranks ended."""
+
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("rank 0 failed: Exception: boom")
+
+
+class _Counted(trainer.Callback):
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.errors.append(str(exception))
+
+
+def test_a_spawned_stage_that_failed_reaches_on_exception_in_this_process(tmp_path: Path) -> None:
+    counted = _Counted()
+    saver = Mock(spec=trainer.ModelCheckpoint)
+    run = quiet(tmp_path, max_steps=1, callbacks=[counted, saver], enable_checkpointing=True)
+    run.strategy.launcher = _RanksFailed()
+    module = Regressor()
+    with pytest.raises(RuntimeError, match="boom"):
+        run.fit(module, loader(regression_data(16)))
+    assert counted.errors == ["rank 0 failed: Exception: boom"]
+    assert run.lightning_module is module and run.state.status == "interrupted"
+    assert not saver.on_exception.called  # the ranks saved; the weights here are not the trained ones
+    with pytest.raises(RuntimeError, match="boom"):
+        run.validate(module, loader(regression_data(16)))
+    assert len(counted.errors) == 2

@@ -622,6 +622,16 @@ class Trainer:
     def set_callbacks(self, callbacks: list[Callback]) -> None:
         self.callbacks = checkpointing_last(callbacks)
 
+    def _launch(self, fn: str, function: Any, *args: Any, module: Module | None, datamodule: Any) -> Any:
+        """``function`` in the ranks the strategy's launcher starts; their failure is reported here too."""
+        from trainer.loops.lifecycle import report_spawned_failure
+
+        try:
+            return self.strategy.launch(self, function, *args, module=module, datamodule=datamodule)
+        except BaseException as exc:
+            report_spawned_failure(self, module, datamodule, fn, exc)
+            raise
+
     # ---- entry points --------------------------------------------------------------------
     def fit(
         self,
@@ -645,7 +655,7 @@ class Trainer:
         self.state.read_with(weights_only)
         args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
         if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's weights and state come back here
-            self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
+            self._launch("fit", self.fit_loop.run, *args, module=model, datamodule=datamodule)
             return
         self.fit_loop.run(*args)
 
@@ -664,7 +674,7 @@ class Trainer:
         self.state.read_with(weights_only)
         args: tuple[Any, ...] = (self, "validation", model, dataloaders, ckpt_path, verbose, datamodule)
         if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+            return self._launch("validate", evaluate, *args, module=model, datamodule=datamodule)
         return evaluate(*args)
 
     def test(
@@ -682,7 +692,7 @@ class Trainer:
         self.state.read_with(weights_only)
         args: tuple[Any, ...] = (self, "test", model, dataloaders, ckpt_path, verbose, datamodule)
         if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, evaluate, *args, module=model, datamodule=datamodule)
+            return self._launch("test", evaluate, *args, module=model, datamodule=datamodule)
         return evaluate(*args)
 
     def predict(
@@ -701,7 +711,7 @@ class Trainer:
         self.state.read_with(weights_only)
         args: tuple[Any, ...] = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
         if self.strategy.launcher is not None:  # ddp_spawn/ddp_fork: rank 0's results come back here
-            return self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
+            return self._launch("predict", predict, *args, module=model, datamodule=datamodule)
         return predict(*args)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
