@@ -138,3 +138,49 @@ def test_a_spawned_stage_that_failed_reaches_on_exception_in_this_process(tmp_pa
     with pytest.raises(RuntimeError, match="boom"):
         run.validate(module, loader(regression_data(16)))
     assert len(counted.errors) == 2
+
+
+class _StepCounted(Regressor):
+    """Logs the global step as an epoch value (its max): epoch e of two steps shows 2e + 1."""
+
+    read: list[tuple[str, Any]]
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.log("seen", float(self.global_step), on_step=False, on_epoch=True, reduce_fx="max", prog_bar=True)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.log("val_seen", float(self.global_step), reduce_fx="max", prog_bar=True)
+
+    def on_train_epoch_end(self) -> None:
+        self.read.append(("module", float(self.trainer.callback_metrics["seen"])))
+
+
+class _Reader(trainer.Callback):
+    def __init__(self, read: list[tuple[str, Any]]) -> None:
+        self.read = read
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.read.append(("bar", trainer.progress_bar_metrics.get("seen")))
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            self.read.append(("sanity", dict(trainer.progress_bar_metrics)))
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.read.append(("start", dict(trainer.callback_metrics)))
+
+
+def test_every_train_epoch_end_hook_reads_this_epochs_values_and_the_sanity_check_its_own(tmp_path: Path) -> None:
+    module, read = _StepCounted(), []
+    module.read = read
+    run = quiet(tmp_path, max_epochs=2, limit_train_batches=2, num_sanity_val_steps=1, callbacks=[_Reader(read)])
+    run.fit(module, loader(regression_data(32)), loader(regression_data(16)))
+    assert read == [
+        ("sanity", {"val_seen": 0.0}),
+        ("start", {}),  # the sanity check's values are gone when training starts, as in Lightning
+        ("bar", 1.0),
+        ("module", 1.0),
+        ("bar", 3.0),
+        ("module", 3.0),
+    ]

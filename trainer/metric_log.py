@@ -36,12 +36,14 @@ class MetricLog:
         self._metric_names: tuple[int, dict[int, str]] = (0, {})  # a module's id, its Metrics' names by id
         self._warned: set[str] = set()  # names logged with logger=True and no logger: warned once per run
         self._eval_bar: dict[str, torch.Tensor] = {}  # evaluation step values shown in the progress bar
+        self._held: dict[str, torch.Tensor] = {}  # epoch values reduced before the epoch-end hooks, not yet written
 
     def reset(self) -> None:
         """Each fit/validate/test/predict starts with no metrics, as in Lightning: ``callback_metrics`` after
         ``test`` hold what the test logged, never what fit left."""
         self.callback_metrics, self.logged_metrics, self.progress_bar_keys = {}, {}, set()
         self._unwritten, self._metric_names, self._warned, self._eval_bar = {}, (0, {}), set(), {}
+        self._held = {}
         self.close()
 
     def close(self) -> None:
@@ -175,17 +177,32 @@ class MetricLog:
             self._record_logged(values, results.no_logger)
             self._write(values, results.no_logger, None, seen)
 
-    def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
-        """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
+    def before_epoch_end_hooks(self) -> None:
+        """The training epoch's aggregates so far (what its steps logged), reduced (every rank) and recorded before
+        ``on_train_epoch_end``, so every hook reads this epoch's values, as in Lightning; the loggers get them in
+        ``epoch_end``'s row, with what the hooks log."""
         results = self.results
-        values = results.epoch_metrics(self.strategy)
-        if publish:
-            self.callback_metrics.update(values)
-            self.callback_metrics.update(results.unforked(values))
-            self.progress_bar_keys |= results.prog_bar
-            self._record_logged(values, results.no_logger)
+        values = results.take_epoch_metrics(self.strategy)
+        self._publish(values)
+        self._held = values
+
+    def epoch_end(self, epoch: int, step: int, write: bool = True) -> dict[str, float]:
+        """Reduce the epoch aggregates (every rank), record them and, unless ``write`` is off (the sanity check),
+        log them."""
+        results = self.results
+        values = {**self._held, **results.epoch_metrics(self.strategy)}
+        self._held = {}
+        self._publish(values)
+        if write:
             self._write(values, results.no_logger, epoch, step)
         return {k: float(v) for k, v in values.items()}
+
+    def _publish(self, values: dict[str, torch.Tensor]) -> None:
+        results = self.results
+        self.callback_metrics.update(values)
+        self.callback_metrics.update(results.unforked(values))
+        self.progress_bar_keys |= results.prog_bar
+        self._record_logged(values, results.no_logger)
 
     def _record_logged(self, values: dict[str, torch.Tensor], hidden: set[str]) -> None:
         """``logged_metrics``, as Lightning's: every value meant for the loggers, at each step and epoch end,

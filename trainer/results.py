@@ -222,6 +222,13 @@ class Results:
             values[key] = strategy.all_reduce(values[key].detach(), "mean")  # in its dtype (as_scalar), as Lightning
         return values
 
+    def take_epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
+        """``epoch_metrics``, then start the aggregates afresh: what is logged next (the epoch-end hooks) is reduced
+        on its own (collective, as ``epoch_metrics``)."""
+        values = self.epoch_metrics(strategy)
+        self.epoch_values = {}
+        return values
+
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
         """Every epoch aggregate (collective: every rank must call it, with the same names logged)."""
         for metric in self.step_only_metrics.values():
