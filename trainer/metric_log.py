@@ -36,14 +36,12 @@ class MetricLog:
         self._metric_names: tuple[int, dict[int, str]] = (0, {})  # a module's id, its Metrics' names by id
         self._warned: set[str] = set()  # names logged with logger=True and no logger: warned once per run
         self._eval_bar: dict[str, torch.Tensor] = {}  # evaluation step values shown in the progress bar
-        self._held: dict[str, torch.Tensor] = {}  # epoch values reduced before the epoch-end hooks, not yet written
 
     def reset(self) -> None:
         """Each fit/validate/test/predict starts with no metrics, as in Lightning: ``callback_metrics`` after
         ``test`` hold what the test logged, never what fit left."""
         self.callback_metrics, self.logged_metrics, self.progress_bar_keys = {}, {}, set()
         self._unwritten, self._metric_names, self._warned, self._eval_bar = {}, (0, {}), set(), {}
-        self._held = {}
         self.close()
 
     def close(self) -> None:
@@ -181,17 +179,13 @@ class MetricLog:
         """The training epoch's aggregates so far (what its steps logged), reduced (every rank) and recorded before
         ``on_train_epoch_end``, so every hook reads this epoch's values, as in Lightning; the loggers get them in
         ``epoch_end``'s row, with what the hooks log."""
-        results = self.results
-        values = results.take_epoch_metrics(self.strategy)
-        self._publish(values)
-        self._held = values
+        self._publish(self.results.take_epoch_metrics(self.strategy))
 
     def epoch_end(self, epoch: int, step: int, write: bool = True) -> dict[str, float]:
         """Reduce the epoch aggregates (every rank), record them and, unless ``write`` is off (the sanity check),
         log them."""
         results = self.results
-        values = {**self._held, **results.epoch_metrics(self.strategy)}
-        self._held = {}
+        values = results.epoch_metrics(self.strategy)
         self._publish(values)
         if write:
             self._write(values, results.no_logger, epoch, step)
