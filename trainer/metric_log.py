@@ -177,17 +177,28 @@ class MetricLog:
             self._record_logged(values, results.no_logger)
             self._write(values, results.no_logger, None, seen)
 
-    def epoch_end(self, epoch: int, step: int, publish: bool = True) -> dict[str, float]:
-        """Reduce the epoch aggregates (every rank) and, unless ``publish`` is off, record and log them."""
+    def before_epoch_end_hooks(self) -> None:
+        """The training epoch's aggregates so far (what its steps logged), reduced (every rank) and recorded before
+        ``on_train_epoch_end``, so every hook reads this epoch's values, as in Lightning; the loggers get them in
+        ``epoch_end``'s row, with what the hooks log."""
+        self._publish(self.results.take_epoch_metrics(self.strategy))
+
+    def epoch_end(self, epoch: int, step: int, write: bool = True) -> dict[str, float]:
+        """Reduce the epoch aggregates (every rank), record them and, unless ``write`` is off (the sanity check),
+        log them."""
         results = self.results
         values = results.epoch_metrics(self.strategy)
-        if publish:
-            self.callback_metrics.update(values)
-            self.callback_metrics.update(results.unforked(values))
-            self.progress_bar_keys |= results.prog_bar
-            self._record_logged(values, results.no_logger)
+        self._publish(values)
+        if write:
             self._write(values, results.no_logger, epoch, step)
         return {k: float(v) for k, v in values.items()}
+
+    def _publish(self, values: dict[str, torch.Tensor]) -> None:
+        results = self.results
+        self.callback_metrics.update(values)
+        self.callback_metrics.update(results.unforked(values))
+        self.progress_bar_keys |= results.prog_bar
+        self._record_logged(values, results.no_logger)
 
     def _record_logged(self, values: dict[str, torch.Tensor], hidden: set[str]) -> None:
         """``logged_metrics``, as Lightning's: every value meant for the loggers, at each step and epoch end,

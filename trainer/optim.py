@@ -142,6 +142,12 @@ class LightningOptimizer:
         finally:
             module.untoggle_optimizer(self)
 
+    def __reduce__(self) -> tuple[Any, tuple[Optimizer]]:
+        """Pickles (and copies) as a new wrapper of the pickled optimizer: the class made per wrapped optimizer
+        class cannot be looked up by name, and the attachment to a running fit does not travel (the next fit
+        attaches again). A Trainer or module that holds wrapped optimizers pickles (``torch.save(trainer)``)."""
+        return LightningOptimizer, (self._optimizer,)
+
     def __getattr__(self, name: str) -> Any:
         if name == "_optimizer":  # not set yet (unpickling): no recursion
             raise AttributeError(name)

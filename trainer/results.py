@@ -101,6 +101,7 @@ class Results:
     prog_bar: set[str] = field(default_factory=set)
     no_logger: set[str] = field(default_factory=set)
     step_only_metrics: dict[str, Any] = field(default_factory=dict)  # Metrics to reset at the epoch end
+    reduced: dict[str, torch.Tensor] = field(default_factory=dict)  # ``take_epoch_metrics``'s, for the epoch's row
     forks: dict[str, str] = field(default_factory=dict)  # name_step / name_epoch -> name
     options: dict[tuple[str | None, str], tuple[Any, ...]] = field(default_factory=dict)  # (hook, name) -> options
     # The batch being run, whose size weighs epoch means. The fit and evaluation loops set it per batch (and None
@@ -223,6 +224,13 @@ class Results:
             values[key] = strategy.all_reduce(values[key].detach(), self.step_sync[key])  # in its dtype (as_scalar)
         return values
 
+    def take_epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
+        """``epoch_metrics`` so far, kept for the final ``epoch_metrics``; the aggregates start afresh, so what is
+        logged next (the epoch-end hooks) is reduced on its own (collective, as ``epoch_metrics``)."""
+        values = self.epoch_metrics(strategy)
+        self.epoch_values, self.reduced = {}, values
+        return values
+
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
         """Every epoch aggregate (collective: every rank must call it, with the same names logged)."""
         for metric in self.step_only_metrics.values():
@@ -234,7 +242,7 @@ class Results:
                 entry.metric.reset()
         plain = {k: e for k, e in sorted(self.epoch_values.items()) if e.metric is None}
         values.update(_reduce(plain, strategy))
-        return dict(sorted(values.items()))
+        return dict(sorted({**self.reduced, **values}.items()))
 
 
 def _reduce(entries: dict[str, _EpochValue], strategy: Strategy) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ from trainer.data.combined import CombinedBatches
 from trainer.loggers.base import Logger
 from trainer.loggers.build import build_loggers
 from trainer.loggers.dummy import DummyLogger
-from trainer.loggers.logger_folder import logger_folder
+from trainer.loggers.logger_folder import logger_folder, logger_log_dir
 from trainer.loops.evaluation import EvaluationLoop
 from trainer.loops.fit import FitLoop
 from trainer.metric_log import MetricLog
@@ -437,11 +437,12 @@ class Trainer:
 
     @property
     def log_dir(self) -> str | None:
-        """Folder of this run: the first logger's, else ``default_root_dir`` (a str, as Lightning's); None
-        under ``fast_dev_run`` (its DummyLogger has no folder), as Lightning's."""
+        """Folder of this run: the first logger's ``log_dir``, else its ``save_dir`` (a logger of the user's without
+        a ``log_dir``, as Lightning reads it), else ``default_root_dir`` (a str, as Lightning's); None under
+        ``fast_dev_run`` (its DummyLogger has no folder), as Lightning's."""
         if self.loggers and isinstance(self.loggers[0], DummyLogger):
             return None
-        return self.run_folder
+        return next(map(logger_log_dir, self.loggers), None) or self.run_folder
 
     @property
     def run_folder(self) -> str:
@@ -625,6 +626,19 @@ class Trainer:
     def set_callbacks(self, callbacks: list[Callback]) -> None:
         self.callbacks = checkpointing_last(callbacks)
 
+    def _launch(self, fn: str, function: Any, *args: Any, module: Module | None, datamodule: Any) -> Any:
+        """Run a stage (``function(*args)``): here, or on the ranks a ddp_spawn/ddp_fork launcher starts, whose rank 0
+        hands back the results, weights and state; their failure is reported here too, as Lightning does."""
+        from trainer.loops.lifecycle import report_spawned_failure
+
+        if self.strategy.launcher is None:
+            return function(*args)
+        try:
+            return self.strategy.launch(self, function, *args, module=module, datamodule=datamodule)
+        except BaseException as exc:
+            report_spawned_failure(self, module, datamodule, fn, exc)
+            raise
+
     # ---- entry points --------------------------------------------------------------------
     def fit(
         self,
@@ -647,8 +661,7 @@ class Trainer:
             datamodule, train_dataloaders = train_dataloaders, None  # type: ignore[assignment]
         self.state.read_with(weights_only)
         args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
-        # ddp_spawn/ddp_fork: the launcher runs the stage on its ranks; rank 0's results, weights and state come back
-        self.strategy.launch(self, self.fit_loop.run, *args, module=model, datamodule=datamodule)
+        self._launch("fit", self.fit_loop.run, *args, module=model, datamodule=datamodule)
 
     def validate(
         self,
@@ -688,9 +701,8 @@ class Trainer:
 
         self.state.read_with(weights_only)
         args = (self, stage, model, dataloaders, ckpt_path, verbose, datamodule)
-        results: list[dict[str, float]] = self.strategy.launch(
-            self, evaluate, *args, module=model, datamodule=datamodule
-        )
+        fn = "validate" if stage == "validation" else "test"
+        results: list[dict[str, float]] = self._launch(fn, evaluate, *args, module=model, datamodule=datamodule)
         return results
 
     def predict(
@@ -708,7 +720,7 @@ class Trainer:
 
         self.state.read_with(weights_only)
         args = (self, model, dataloaders, datamodule, return_predictions, ckpt_path)
-        predictions: list[Any] | None = self.strategy.launch(self, predict, *args, module=model, datamodule=datamodule)
+        predictions: list[Any] | None = self._launch("predict", predict, *args, module=model, datamodule=datamodule)
         return predictions
 
     def save_checkpoint(

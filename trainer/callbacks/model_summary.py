@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from trainer.view import TrainerView as Trainer
 
 UNKNOWN = "?"  # a shape that was not seen (layer not called, or input of another kind)
+SummaryData = list[tuple[str, list[str]]]  # (column header, its values), Lightning's ``summary_data``
 _UNITS = (" ", "K", "M", "B", "T")
 
 
@@ -77,29 +78,9 @@ class Summary:
     other_params: int = 0  # parameters outside the listed layers (e.g. on the root module)
 
     def __str__(self) -> str:
-        columns = self._columns()
-        widths = [max([len(head), *map(len, values)]) for head, values in columns]
-        line = " | ".join(head.ljust(w) for (head, _), w in zip(columns, widths))
-        rule = "-" * len(line)
-        line = line.rstrip()
-        body = [
-            " | ".join(values[i].ljust(w) for (_, values), w in zip(columns, widths)).rstrip()
-            for i in range(self._height)
-        ]
-        totals = [
-            (human_count(self.trainable_params), "Trainable params"),
-            (human_count(self.total_params - self.trainable_params), "Non-trainable params"),
-            (human_count(self.total_params), "Total params"),
-            (f"{self.size_mb:,.3f}", "Total estimated model params size (MB)"),
-            (str(self.modes["train"]), "Modules in train mode"),
-            (str(self.modes["eval"]), "Modules in eval mode"),
-            (human_count(self.total_flops), "Total Flops"),
-        ]
-        return "\n".join([line, rule, *body, rule, *(f"{value:<10}{what}" for value, what in totals)])
-
-    @property
-    def _height(self) -> int:
-        return len(self.rows) + (1 if self.other_params else 0)
+        return format_table(
+            self._columns(), self.total_params, self.trainable_params, self.size_mb, self.modes, self.total_flops
+        )
 
     def _columns(self) -> list[tuple[str, list[str]]]:
         rows = self.rows
@@ -117,6 +98,34 @@ class Summary:
             extra = {" ": " ", "Name": "other params", "Params": human_count(self.other_params)}
             columns = [(head, [*values, extra.get(head, "n/a")]) for head, values in columns]
         return columns
+
+
+def format_table(
+    summary_data: SummaryData,
+    total_parameters: int,
+    trainable_parameters: int,
+    model_size: float,
+    total_training_modes: dict[str, int],
+    total_flops: int = 0,
+) -> str:
+    """The plain-text table of ``ModelSummary.summarize``'s arguments: the columns, then the totals."""
+    widths = [max([len(head), *map(len, values)]) for head, values in summary_data]
+    line = " | ".join(head.ljust(w) for (head, _), w in zip(summary_data, widths))
+    rule = "-" * len(line)
+    height = max((len(values) for _, values in summary_data), default=0)
+    body = [
+        " | ".join(values[i].ljust(w) for (_, values), w in zip(summary_data, widths)).rstrip() for i in range(height)
+    ]
+    totals = [
+        (human_count(trainable_parameters), "Trainable params"),
+        (human_count(total_parameters - trainable_parameters), "Non-trainable params"),
+        (human_count(total_parameters), "Total params"),
+        (f"{model_size:,.3f}", "Total estimated model params size (MB)"),
+        (str(total_training_modes["train"]), "Modules in train mode"),
+        (str(total_training_modes["eval"]), "Modules in eval mode"),
+        (human_count(total_flops), "Total Flops"),
+    ]
+    return "\n".join([line.rstrip(), rule, *body, rule, *(f"{value:<10}{what}" for value, what in totals)])
 
 
 def _layers(module: nn.Module, max_depth: int) -> list[tuple[str, nn.Module]]:
@@ -252,12 +261,34 @@ class ModelSummary(Callback):
             devices = [trainer.strategy.root_device] if trainer.strategy.root_device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices), trainer.precision_plugin.forward_context():
                 summary = summarize(pl_module, self._max_depth, example)
-        self.summarize(summary, **self._summarize_kwargs)
+        self.summarize(
+            summary._columns(),
+            summary.total_params,
+            summary.trainable_params,
+            summary.size_mb,
+            summary.modes,
+            total_flops=summary.total_flops,
+            **self._summarize_kwargs,
+        )
 
     @staticmethod
-    def summarize(summary: Summary, **summarize_kwargs: Any) -> None:
-        """Show the table; override to render it elsewhere."""
-        print(summary, flush=True)
+    def summarize(
+        summary_data: SummaryData,
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int = 0,
+        **summarize_kwargs: Any,
+    ) -> None:
+        """Show the table; override to render it elsewhere (Lightning's arguments: the columns as
+        ``(header, values)`` pairs, the parameter counts, the size in MB, the submodules per mode)."""
+        print(
+            format_table(
+                summary_data, total_parameters, trainable_parameters, model_size, total_training_modes, total_flops
+            ),
+            flush=True,
+        )
 
 
 def _example_as_batch(trainer: Trainer, pl_module: Module) -> Any:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Literal
 
-from trainer.callbacks.model_summary import ModelSummary, Summary, human_count
+from trainer.callbacks.model_summary import ModelSummary, SummaryData, human_count
 
-SummaryData = list[tuple[str, list[str]]]  # (column, its values), Lightning's ``summary_data``
 _RICH_AVAILABLE = importlib.util.find_spec("rich") is not None
 _RIGHT = ("Params", "Params per Device", "FLOPs", "In sizes", "Out sizes")
 
@@ -24,25 +23,20 @@ class RichModelSummary(ModelSummary):
         super().__init__(max_depth, **summarize_kwargs)
 
     @staticmethod
-    def summarize(  # type: ignore[override]
-        summary_data: Summary | SummaryData,
-        total_parameters: int = 0,
-        trainable_parameters: int = 0,
-        model_size: float = 0.0,
-        total_training_modes: dict[str, int] | None = None,
+    def summarize(
+        summary_data: SummaryData,
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
         total_flops: int = 0,
         **summarize_kwargs: Any,
     ) -> None:
-        """Print the table and the totals; takes our ``Summary`` or Lightning's ``summary_data`` and totals."""
+        """Print the table and the totals (``ModelSummary.summarize``'s arguments)."""
         from rich import get_console
         from rich.table import Table
 
-        if isinstance(summary_data, Summary):
-            s = summary_data
-            summary_data = s._columns()
-            total_parameters, trainable_parameters, model_size = s.total_params, s.trainable_params, s.size_mb
-            total_training_modes, total_flops = s.modes, s.total_flops
-        modes = total_training_modes or {"train": 0, "eval": 0}
+        modes = total_training_modes
         table = Table(header_style=summarize_kwargs.get("header_style", "bold magenta"))
         for name, _ in summary_data:
             style = "dim" if name == " " else "white" if name in ("In sizes", "Out sizes") else None

@@ -15,6 +15,7 @@ index).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
@@ -39,18 +40,27 @@ def _is_leaf(obj: Any) -> bool:
     return all(isinstance(child, int | float | str) for child in children)
 
 
+def _first(values: list[Any]) -> Any:
+    return values[0]
+
+
+def _keyed(keys: list[Any], values: list[Any]) -> dict[Any, Any]:
+    return dict(zip(keys, values))
+
+
+# The rebuilds are module functions and partials, not closures: a Trainer holding its loaders pickles.
 def _flatten(iterables: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The loaders of a collection (dicts, lists and tuples, nested), and how to put values back in its shape."""
     if _is_leaf(iterables):
-        return [iterables], lambda values: values[0]
+        return [iterables], _first
     if isinstance(iterables, Mapping):
         keys = list(iterables)
         parts = [_flatten(iterables[k]) for k in keys]
-        return _join(parts, lambda values: dict(zip(keys, values)))
+        return _join(parts, functools.partial(_keyed, keys))
     if isinstance(iterables, list | tuple):
         parts = [_flatten(item) for item in iterables]
         return _join(parts, tuple if isinstance(iterables, tuple) else list)
-    return [iterables], lambda values: values[0]
+    return [iterables], _first
 
 
 def _join(
@@ -59,15 +69,17 @@ def _join(
     """The leaves of several parts in order, and a rebuild that hands each part its own slice of the values."""
     leaves = [leaf for part, _ in parts for leaf in part]
     sizes = [len(part) for part, _ in parts]
+    return leaves, functools.partial(_unflatten, sizes, [rebuild for _, rebuild in parts], build)
 
-    def unflatten(values: list[Any]) -> Any:
-        out, start = [], 0
-        for size, (_, rebuild) in zip(sizes, parts):
-            out.append(rebuild(values[start : start + size]))
-            start += size
-        return build(out)
 
-    return leaves, unflatten
+def _unflatten(
+    sizes: list[int], rebuilds: list[Callable[[list[Any]], Any]], build: Callable[[list[Any]], Any], values: list[Any]
+) -> Any:
+    out, start = [], 0
+    for size, rebuild in zip(sizes, rebuilds):
+        out.append(rebuild(values[start : start + size]))
+        start += size
+    return build(out)
 
 
 def _length(loader: Any) -> int | float:
@@ -242,13 +254,13 @@ def shaped(given: Any) -> ShapedLoaders:
     """``given`` (a loader, or a dict, list or tuple of them: one level, as a list of batches is one loader) as a
     ``ShapedLoaders``."""
     if _is_leaf(given):
-        return ShapedLoaders([given], lambda values: values[0])
+        return ShapedLoaders([given], _first)
     if isinstance(given, Mapping):
         keys = list(given)
-        return ShapedLoaders(given.values(), lambda values: dict(zip(keys, values)))
+        return ShapedLoaders(given.values(), functools.partial(_keyed, keys))
     if isinstance(given, list | tuple):
         return ShapedLoaders(given, tuple if isinstance(given, tuple) else list)
-    return ShapedLoaders([given], lambda values: values[0])
+    return ShapedLoaders([given], _first)
 
 
 def as_given(loaders: list[Any]) -> Any:

@@ -7,6 +7,7 @@ ranks wait; then ``setup(stage)`` runs on every rank.
 from __future__ import annotations
 
 import reprlib
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ def _as_list(loaders: Any, what: str) -> list[Any]:
     key): refused, as a silent wrong answer is worse than an error.
     """
     if loaders is None:
+        return []
+    if isinstance(loaders, list | tuple) and not loaders:  # ``val_dataloader`` returning []: none, as in Lightning
+        warnings.warn(f"The {what} loaders are an empty {type(loaders).__name__}: no {what} runs.", stacklevel=2)
         return []
     if isinstance(loaders, CombinedLoader):  # sequential: each loader with its dataloader_idx; else one loader
         return shaped(loaders.iterables) if loaders.mode == "sequential" else shaped(loaders)

@@ -19,3 +19,12 @@ def logger_folder(logger: Any) -> str | None:
     version = getattr(logger, "version", None)
     version = version if isinstance(version, str) else f"version_{version or 0}"
     return os.path.join(os.fspath(save_dir), str(getattr(logger, "name", None) or "lightning_logs"), version)
+
+
+def logger_log_dir(logger: Any) -> str | None:
+    """What ``trainer.log_dir`` shows for a logger: its ``log_dir``, else its ``save_dir`` (Lightning's answer for a
+    logger that has no folder of its own), else None."""
+    for folder in (logger.log_dir, logger.save_dir):
+        if isinstance(folder, str | os.PathLike):
+            return os.fspath(folder)
+    return None

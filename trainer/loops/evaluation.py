@@ -78,17 +78,17 @@ class EvaluationLoop:
         self,
         max_batches: int | None = None,
         before_end: Callable[[], None] | None = None,
-        publish: bool = True,
+        write: bool = True,
         keep_predictions: bool = False,
     ) -> list[dict[str, float]]:
         """One pass, hooks included, under ``torch.no_grad`` (``inference_mode``: ``torch.inference_mode``), as
         Lightning's; returns each loader's metrics. ``before_end`` runs before ``on_<stage>_end``."""
         trainer = self.trainer
         with _no_grad(trainer.inference_mode and trainer.strategy.supports_inference_mode):
-            return self._run(max_batches, before_end, publish, keep_predictions)
+            return self._run(max_batches, before_end, write, keep_predictions)
 
     def _run(
-        self, max_batches: int | None, before_end: Callable[[], None] | None, publish: bool, keep_predictions: bool
+        self, max_batches: int | None, before_end: Callable[[], None] | None, write: bool, keep_predictions: bool
     ) -> list[dict[str, float]]:
         trainer, stage = self.trainer, self.stage
         module = trainer.lightning_module
@@ -112,7 +112,7 @@ class EvaluationLoop:
             trainer.metric_log.results.use_loader(None)  # what on_<stage>_epoch_end logs is every loader's
         hooks.call(trainer, f"on_{stage}_epoch_end")
         results = trainer.metric_log.results
-        metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.fit_loop.logger_step(), publish=publish)
+        metrics = trainer.metric_log.epoch_end(trainer.current_epoch, trainer.fit_loop.logger_step(), write=write)
         trainer.metric_log.flush_loggers()
         if before_end is not None:
             before_end()

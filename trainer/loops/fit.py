@@ -337,6 +337,7 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         assert self.step is not None
         self.step.end_epoch(progress.batches_done, report=trainer.is_global_zero)
+        trainer.metric_log.before_epoch_end_hooks()  # every on_train_epoch_end reads this epoch's values
         trainer.metric_log.results.start_epoch_end()  # self.log in the hook defaults to on_epoch, as in Lightning
         with progress.ending_epoch(completed):
             between = functools.partial(self._epoch_metrics, completed)

@@ -132,7 +132,9 @@ class FitValidation:
                 if not sum(self.loop.num_batches):  # its loaders came first (TrainSource.setup)
                     return
                 hooks.call_callbacks(trainer, "on_sanity_check_start")
-                self.loop.run(max_batches=None if math.isinf(steps) else int(steps), publish=False)
+                before = trainer.metric_log.state_dict()  # its hooks read its values; then they are gone (Lightning's)
+                self.loop.run(max_batches=None if math.isinf(steps) else int(steps), write=False)
+                trainer.metric_log.load_state_dict(before)
             hooks.call_callbacks(trainer, "on_sanity_check_end")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trainer.loops.hooks as hooks
+from trainer.callbacks.base import Checkpoint
 from trainer.exceptions import TunerExit
 from trainer.failures import note_worker_failure
 from trainer.loggers.folder import share_run_folders
@@ -104,6 +105,25 @@ def _report_failure(trainer: TrainerView, module: Module, datamodule: Any, exc: 
     strategy.on_exception(clearer or exc)
     note_worker_failure(clearer or exc)  # the worker and its error on the last line
     return clearer
+
+
+def report_spawned_failure(
+    trainer: TrainerView, module: Module | None, datamodule: Any, fn: str, exc: BaseException
+) -> None:
+    """A stage failed in the ranks ``ddp_spawn`` started: this process's Trainer looks as after a one-process
+    failure, as in Lightning (the module attached, the stage interrupted, ``on_exception`` of its callbacks and
+    DataModule). Checkpoint callbacks are left out: the ranks already saved, and the weights here are not the
+    trained ones."""
+    module = module if module is not None else trainer.module
+    if module is None:
+        return
+    trainer.attach(module, datamodule, fn)
+    for cb in trainer.callbacks:
+        if not isinstance(cb, Checkpoint):
+            cb.on_exception(trainer, module, exc)
+    if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
+        datamodule.on_exception(exc)
+    trainer.release(interrupted=True)
 
 
 def _tear_down(trainer: TrainerView, datamodule: Any, fn: str, status: str) -> None:

@@ -90,6 +90,8 @@ def _run_evaluation(
             return []  # Lightning's: no loaders asked for, no hooks, no results
         strategy = trainer.strategy
         loaders = resolve_loaders(strategy, trainer.use_distributed_sampler, module, stage, dataloaders, datamodule)
+        if not loaders:
+            return []  # an empty list of loaders: nothing to run, as in Lightning
         on_meta = strategy.loads_weights_after_setup(module)  # built on the meta device: no memory before setup
         if not on_meta:
             _load_weights(trainer, ckpt_path, fn)

@@ -248,13 +248,7 @@ class TrainingStep:
         if update is None and not schedules:
             return progress.count_step
 
-        def after() -> None:
-            stepped = update() if update is not None else True
-            progress.count_step()
-            if schedules and bool(stepped):  # the batch being trained: batches_done counts the ones before it
-                step_schedulers("step", progress.batches_done, plateau=False)
-
-        return after
+        return functools.partial(_after, update, progress, schedules, step_schedulers)  # a partial pickles
 
     # ---- the parts -----------------------------------------------------------------------------------------
     def _backward(self) -> Callable[[torch.Tensor], Any] | None:
@@ -385,3 +379,16 @@ def _manual_output_checked(forward: InnerStep) -> BatchStep:
         return output
 
     return train
+
+
+def _after(
+    update: Callable[[], Any] | None,
+    progress: Progress,
+    schedules: bool,
+    step_schedulers: Callable[..., None],
+) -> None:
+    """``TrainingStep.after_step``'s step end: precision update, global step, step-interval schedulers."""
+    stepped = update() if update is not None else True
+    progress.count_step()
+    if schedules and bool(stepped):  # the batch being trained: batches_done counts the ones before it
+        step_schedulers("step", progress.batches_done, plateau=False)
