@@ -741,4 +741,8 @@ class Trainer:
             )
         if self.state.running_now and self.state.fn == "fit" and self.fit_loop.step is not None:
             self.fit_loop.step.check_nonfinite()
-        self.strategy.save_checkpoint(build_checkpoint(self, weights_only), Path(filepath), storage_options)
+        checkpoint = build_checkpoint(self, weights_only)
+        if storage_options is None:  # a Strategy subclass written for Lightning may take two arguments only
+            self.strategy.save_checkpoint(checkpoint, Path(filepath))
+        else:
+            self.strategy.save_checkpoint(checkpoint, Path(filepath), storage_options=storage_options)
