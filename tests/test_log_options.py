@@ -115,3 +115,31 @@ def test_log_dict_takes_lightnings_keywords(tmp_path: Path) -> None:
     fit = quiet(tmp_path, max_epochs=1)
     fit.fit(LogsADict(), loader(regression_data(16), batch_size=4))
     assert set(fit.progress_bar_metrics) == {"a", "b"} and fit.progress_bar_metrics["b"] == 2.0
+
+
+def test_a_metric_logged_per_step_is_reset_once_per_epoch(tmp_path: Path) -> None:
+    """A torchmetrics Metric logged on_step only (training_step's default) starts each epoch afresh: one reset at the
+    epoch's end, although the epoch's values are reduced before on_train_epoch_end and again after it."""
+    from torchmetrics.classification import BinaryAccuracy
+
+    resets: list[int] = []
+
+    class Counted(BinaryAccuracy):
+        def reset(self) -> None:
+            resets.append(1)
+            super().reset()
+
+    class Stepped(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.acc = Counted()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            self.acc(torch.rand(len(x)), torch.randint(0, 2, (len(x),)))
+            resets.clear()  # forward resets the metric: count only the epoch-end resets
+            self.log("acc", self.acc)
+            return super().training_step(batch, batch_idx)
+
+    quiet(tmp_path, max_epochs=1).fit(Stepped(), loader(regression_data(16), batch_size=8))
+    assert len(resets) == 1

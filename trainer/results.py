@@ -228,7 +228,8 @@ class Results:
         """``epoch_metrics`` so far, kept for the final ``epoch_metrics``; the aggregates start afresh, so what is
         logged next (the epoch-end hooks) is reduced on its own (collective, as ``epoch_metrics``)."""
         values = self.epoch_metrics(strategy)
-        self.epoch_values, self.reduced = {}, values
+        # what was reduced or reset here is not again at the epoch's end (a Metric is reset once per epoch)
+        self.epoch_values, self.reduced, self.step_only_metrics = {}, values, {}
         return values
 
     def epoch_metrics(self, strategy: Strategy) -> dict[str, torch.Tensor]:
