@@ -135,8 +135,8 @@ def test_a_metric_logged_per_step_is_reset_once_per_epoch(tmp_path: Path) -> Non
             self.acc = Counted()
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            self.acc(torch.rand(len(x)), torch.randint(0, 2, (len(x),)))
+            n = len(batch[0])
+            self.acc(torch.rand(n), torch.randint(0, 2, (n,)))
             resets.clear()  # forward resets the metric: count only the epoch-end resets
             self.log("acc", self.acc)
             return super().training_step(batch, batch_idx)
