@@ -235,6 +235,18 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     ),
 }
 
+# Tests that reach Lightning's internals where no rule below can see it (outside the test function, or inside a
+# spawned rank's traceback): test id regex -> what it reaches.
+KNOWN_INTERNALS: dict[str, str] = {
+    r"models\.test_hparams::test_args$": (
+        "its module assigns Lightning's private self._hparams (SuperClassPositionalArgs) to pretend "
+        "save_hyperparameters() ran"
+    ),
+    r"callbacks\.test_weight_averaging::test_ema_(ddp_spawn_cpu|resume_ddp)$": (
+        "its callback reads trainer.fit_loop.restarting (Lightning's private _FitLoop) inside the spawned ranks"
+    ),
+}
+
 # Lightning's internals a test can reach: its loops and connectors, private names, module paths patched by string.
 INTERNAL_NAMES = re.compile(
     r"\b(?:fit_loop|epoch_loop|val_loop|validate_loop|test_loop|predict_loop|batch_progress|optim_progress"
@@ -253,6 +265,11 @@ PATCHED_PATH = re.compile(r"""patch(?:\.object|\.dict|\.multiple)?\(\s*["']light
 # ``monkeypatch.setattr(imports, "_RICH_AVAILABLE", False)``): the test switches Lightning's code path from inside.
 PATCHED_PRIVATE = re.compile(r"""(?:patch\.object|patch\.multiple|monkeypatch\.setattr)\(\s*[\w.]+\s*,\s*["'](_\w+)""")
 # A private class of Lightning's that the test builds or calls itself (``_DataLoaderSource(...)``).
+# A private attribute set by hand on an object that is not the test's own class (``trainer._accelerator_connector.
+# strategy = ...``, ``callback._run_early_stopping_check = Mock()``), or the strategy's state faked
+# (``trainer.strategy.world_size = 2`` for ranks that never start).
+SET_PRIVATE = re.compile(r"\b(?!self\b)\w+(?:\.\w+)*\.(_[a-z]\w*)(?:\.\w+)*\s*=(?!=)")
+SET_STRATEGY = re.compile(r"\bstrategy\.(\w+)\s*=(?!=)")
 PRIVATE_CLASS = re.compile(r"\b(_[A-Z][a-z]\w*)\(")
 # conftest.py's fixtures that patch Lightning's device counts (cuda_count_2, mps_count_0, ...): a test using one
 # runs on devices Lightning pretends to have, which steadytrain never sees.
@@ -282,6 +299,9 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
     for pattern, (reason, section) in DIFFERENCES.items():
         if re.search(pattern, test_id):
             return "difference", f"{reason} (migration guide: {section})"
+    for pattern, reached in KNOWN_INTERNALS.items():
+        if re.search(pattern, test_id):
+            return "internals", reached
     faked = FAKED_PACKAGE.search(test_source(test_file, test_id).replace("\n", " "))
     if faked and FAKE_IMPORT_ERROR.search(text):
         return "internals", f"the test's {faked[1]}_mock fakes only the {faked[1]} modules Lightning's code imports"
@@ -293,8 +313,8 @@ def classify(test_id: str, text: str, test_file: Path) -> tuple[str, str]:
     failing = failing_lines(text, test_file.name)
     if match := MISSING_ATTRIBUTE.search(text):
         owner, attribute = (group for group in match.groups() if group is not None)
-        if attribute.startswith("_") or INTERNAL_NAMES.search(attribute):
-            return "internals", f"{owner}.{attribute}"
+        if attribute.startswith("_") or INTERNAL_NAMES.search(attribute) or owner.endswith("Loop"):
+            return "internals", f"{owner}.{attribute}"  # Lightning's loops are private classes (_FitLoop, ...)
     if "/lightning/pytorch/" in text:
         return "internals", "Lightning's own code ran in the failing call (an internal the test imports)"
     if reason := _reaches_internals(test_source(test_file, test_id), failing, text, _read(test_file)):
@@ -318,6 +338,10 @@ def _reaches_internals(source: str, failing: str, text: str, file_text: str = ""
         return "reads log records of Lightning's module loggers (caplog's logger='lightning....')"
     if PATCHED_PATH.search(source):
         return "patches a Lightning module path by string"
+    if assigned := SET_PRIVATE.search(source):
+        return f"sets a private attribute of Lightning's (`{assigned[1]}`)"
+    if faked := SET_STRATEGY.search(source):
+        return f"sets the strategy's `{faked[1]}` by hand (a stand-in for ranks that never start)"
     if patched := PATCHED_PRIVATE.search(source):
         return f"patches a private attribute of Lightning's (`{patched[1]}`)"
     own = set(re.findall(r"^\s*class (_\w+)", file_text, re.MULTILINE))

@@ -384,3 +384,25 @@ def test_the_harness_finds_a_test_whose_parameter_is_a_renamed_class() -> None:
     assert ported_id("x.test_hparams::test_ignore[LightningDataModule]") == "x.test_hparams::test_ignore[DataModule]"
     assert ported_id("x.test_a::test_b[LightningModule-1]") == "x.test_a::test_b[Module-1]"
     assert ported_id("x.test_a::test_LightningModule") == "x.test_a::test_LightningModule"  # the name stays
+
+
+def test_the_harness_classes_hand_set_private_state_and_lightnings_loops_as_internals(tmp_path: Path) -> None:
+    """A private attribute set on Lightning's objects, the strategy's ranks faked by assignment, and an attribute of
+    Lightning's loop classes (private in Lightning: _FitLoop) are internals; the test's own ``self._x`` is not."""
+    from benchmarks.lightning_tests_classes import classify
+
+    test_file = tmp_path / "test_x.py"
+    test_file.write_text(
+        "def test_swap():\n    trainer._accelerator_connector.strategy = strategy\n    assert False\n\n"
+        "def test_ranks():\n    trainer.strategy.world_size = 2\n    assert False\n\n"
+        "def test_own():\n    class M:\n        def __init__(self):\n            self._seen = 0\n    assert False\n"
+    )
+    failed = "E   assert False"
+    assert (
+        classify("x.test_x::test_swap", failed, test_file)[1]
+        == "sets a private attribute of Lightning's (`_accelerator_connector`)"
+    )
+    assert classify("x.test_x::test_ranks", failed, test_file)[0] == "internals"
+    assert classify("x.test_x::test_own", failed, test_file)[0] == "public"
+    loop = "E   AttributeError: 'FitLoop' object has no attribute 'max_steps'"
+    assert classify("x.test_x::test_own", loop, test_file) == ("internals", "FitLoop.max_steps")
