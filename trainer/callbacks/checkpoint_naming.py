@@ -43,13 +43,13 @@ def default_dirpath(trainer: "Trainer") -> str:
     steadytrain ``Logger`` (a stand-in object, a mock) is read as Lightning reads any logger:
     ``<save_dir or default_root_dir>/<name>/<version, or version_<n>>/checkpoints``."""
     from trainer.loggers.base import Logger
+    from trainer.loggers.logger_folder import lightning_run_folder
 
     first = trainer.loggers[0] if trainer.loggers else None
     if first is None or isinstance(first, Logger):
         return os.path.join(trainer.run_folder, "checkpoints")
     save_dir = first.save_dir if first.save_dir is not None else trainer.default_root_dir
-    version = first.version if isinstance(first.version, str) else f"version_{first.version}"
-    return os.path.join(os.fspath(save_dir), str(first.name), version, "checkpoints")
+    return os.path.join(lightning_run_folder(save_dir, first.name, first.version), "checkpoints")
 
 
 def last_path(callback: "ModelCheckpoint", trainer: "Trainer") -> Path:

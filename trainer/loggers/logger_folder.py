@@ -17,8 +17,15 @@ def logger_folder(logger: Any) -> str | None:
     if not isinstance(save_dir, str | os.PathLike):
         return None
     version = getattr(logger, "version", None)
-    version = version if isinstance(version, str) else f"version_{version or 0}"
-    return os.path.join(os.fspath(save_dir), str(getattr(logger, "name", None) or "lightning_logs"), version)
+    name = getattr(logger, "name", None) or "lightning_logs"
+    return lightning_run_folder(save_dir, name, version if isinstance(version, str) else version or 0)
+
+
+def lightning_run_folder(save_dir: str | os.PathLike[str], name: Any, version: Any) -> str:
+    """Lightning's ``<save_dir>/<name>/<version>`` for a logger: a string version as it is, a number as
+    ``version_<n>`` (where its ModelCheckpoint saves, whatever the logger)."""
+    version = version if isinstance(version, str) else f"version_{version}"
+    return os.path.join(os.fspath(save_dir), str(name), version)
 
 
 def logger_log_dir(logger: Any) -> str | None:

@@ -23,7 +23,7 @@ from torch.distributed.tensor import DTensor
 from trainer.exceptions import MisconfigurationException, MisconfigurationRuntimeError
 from trainer.precision import Precision
 from trainer.strategies.dtensor import DTensorStrategy, plain_tensors, register_steps
-from trainer.strategies.meta_init import has_meta_tensors, materialize
+from trainer.strategies.meta_init import materialize
 
 Size = int | Literal["auto"]
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")  # Lightning's list for this strategy
@@ -114,8 +114,7 @@ class ModelParallelStrategy(DTensorStrategy):
         """The module as ``configure_model`` parallelized it: checked, its other tensors moved to this device and
         made rank 0's (they are replicated: every rank must start from the same values)."""
         _check_parallelized(module, type(self).__name__)
-        if has_meta_tensors(module):  # built by init_module(empty_init=True): each rank's shards get memory now
-            materialize(module, self.root_device)
+        materialize(module, self.root_device)  # built by init_module(empty_init=True): each rank's shards get memory
         module = module.to(self.root_device)
         self._broadcast(plain_tensors(module))
         if self.mesh_shape[0] > 1:
