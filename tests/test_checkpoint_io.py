@@ -132,6 +132,35 @@ def test_killed_save_leaves_old_file_and_its_tmp_is_cleaned(tmp_path: Path) -> N
     assert not leftovers[0].exists()
 
 
+def test_a_process_ended_mid_save_by_another_rank_leaves_nothing(tmp_path: Path) -> None:
+    """Rank 0's watchdog ends the process (``os._exit``) while its main thread writes: ``abandon`` removes the
+    temporary and, for a name's first save, the empty placeholder and its claim marker; a finished file stays."""
+    script = textwrap.dedent(
+        f"""
+        import os, threading, time, torch
+        from pathlib import Path
+        from trainer import checkpoint, claims
+        from trainer.checkpoint import leftovers
+        folder = Path({str(tmp_path)!r})
+        checkpoint.save_checkpoint({{"epoch": 1}}, folder / "last.ckpt")
+        assert claims.claim_file(folder / "first.ckpt")
+        both = threading.Barrier(3)  # both saves are writing, and the watchdog
+        def stalled_save(obj, f, *a, **k):
+            f.write(b"PK\x03\x04partial"); f.flush(); both.wait(); time.sleep(60)
+        torch.save = stalled_save
+        def watchdog():
+            both.wait(); leftovers.abandon(); os._exit(7)
+        threading.Thread(target=watchdog, daemon=True).start()
+        threading.Thread(target=checkpoint.save_checkpoint, args=({{"epoch": 2}}, folder / "last.ckpt")).start()
+        checkpoint.save_checkpoint({{"epoch": 2}}, folder / "first.ckpt")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 1
+
+
 # ----------------------------------------------------------------------------- finding the last checkpoint
 
 

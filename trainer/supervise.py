@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import NoReturn
 
 from trainer import failures
+from trainer.checkpoint.leftovers import abandon
 from trainer.launch import SELF_LAUNCH_VAR, ClusterEnv, launch_command, rank_environment
 
 _POLL_S = 0.1  # how often rank 0 looks at its children
@@ -163,6 +164,7 @@ class _Children:
             if cause is not None:  # the last line: what the user needs, without scrolling
                 os.write(2, f"steadytrain: rank {rank} failed: {cause}\n".encode())
             shutil.rmtree(self.failure_dir, ignore_errors=True)
+            abandon()  # this process's save in progress, if any: its main thread never reaches its cleanup
             os._exit(_exit_status(code))
 
     def kill(self) -> None:

@@ -567,6 +567,18 @@ fit.fit(Reporting(step_s=0.05), loader(n=256, shuffle=True), ckpt_path="last" if
 done(fit)
 """
 _DDP_BIG = """
+from trainer.checkpoint import io as checkpoint_io
+
+write = checkpoint_io._Recording.write
+
+
+def slow_disk(self, data):  # rank 0's save pauses 1 s at its second MB: rank 1's death lands mid-write on any machine
+    if self.file.tell() >= 1 << 20 and not getattr(self, "paused", False):
+        self.paused = True
+        time.sleep(1.0)
+    return write(self, data)
+
+
 class Reporting(Net):
     def __init__(self):  # 16 MB of state in 64 buffers (DDP needs every parameter in the loss)
         super().__init__()
@@ -575,6 +587,12 @@ class Reporting(Net):
 
     def on_fit_start(self):
         print(f"PID{self.global_rank}={os.getpid()}", flush=True)
+        if self.global_rank == 0 and not RESUME:
+            checkpoint_io._Recording.write = slow_disk
+
+    def on_save_checkpoint(self, checkpoint):
+        if self.global_rank == 0:
+            print("SAVING", flush=True)
 
 fit = make_trainer(strategy="ddp", devices=2, max_epochs=2, callbacks=[Announce(), every_step()])
 fit.fit(Reporting(), loader(n=64, shuffle=True), ckpt_path="last" if RESUME else None)
@@ -604,8 +622,8 @@ SIGNALS += [
         _DDP_BIG,
         "CLEAR",
         ("rank 1 was killed by SIGKILL", "stopping all ranks"),
-        Signal(signal.SIGKILL, after="PID1=", file=_SAVING, file_bytes=_MB, to="PID1="),
-        # sent while rank 0's temporary held 1 MB of 16: rank 0, stopped, removes it; last.ckpt is the one before
+        Signal(signal.SIGKILL, after="SAVING", count=2, file=_SAVING, file_bytes=_MB, to="PID1="),
+        # sent while rank 0's second temporary held 1 MB of 16: rank 0, stopped, removes it; last.ckpt is the first
         checks=(absent(_SAVING, "rank 0's half-written temporary was left"), *_KEPT),
         deadline=DDP_DEADLINE,
     ),

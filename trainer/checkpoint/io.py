@@ -46,13 +46,14 @@ def save_checkpoint(state: dict[str, Any], path: PathLike) -> None:
     stream: _Recording | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w+b") as f:
-            stream = _Recording(f)
-            torch.save(state, stream)  # type: ignore[arg-type]
-            stream.digests.append_to(f)  # what every load checks the records against
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with leftovers.under_way(tmp, path):
+            with open(tmp, "w+b") as f:
+                stream = _Recording(f)
+                torch.save(state, stream)  # type: ignore[arg-type]
+                stream.digests.append_to(f)  # what every load checks the records against
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         tmp.unlink(missing_ok=True)
         cause = stream.error if stream is not None and stream.error is not None else err

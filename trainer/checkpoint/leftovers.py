@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,33 @@ _CLAIM = re.compile(r"^\.(?P<name>.+)\.claim-(?P<pid>\d+)-(?P<host>.*)$")
 def temporary(path: Path, tag: str = "") -> Path:
     """Where this process writes ``path`` before renaming it into place."""
     return path.with_name(f".{path.name}{tag}.tmp-{os.getpid()}-{HOST}")
+
+
+@contextlib.contextmanager
+def under_way(tmp: Path, target: Path) -> Iterator[None]:
+    """Mark ``tmp`` as this process's save of ``target`` in progress until the block ends, for ``abandon``."""
+    _UNDER_WAY[tmp] = target
+    try:
+        yield
+    finally:
+        _UNDER_WAY.pop(tmp, None)
+
+
+def abandon() -> None:
+    """This process is about to end without unwinding (``os._exit`` after another rank died): remove what its
+    saves in progress leave, which their own ``except`` clauses will never reach: the temporary, and the empty
+    placeholder of a name claimed for that save, with its marker."""
+    for tmp, target in list(_UNDER_WAY.items()):
+        with contextlib.suppress(OSError):
+            _remove(tmp)
+        marker = claim_marker(target)
+        with contextlib.suppress(OSError):
+            if _unfilled(target, marker):
+                target.unlink()
+            marker.unlink()
+
+
+_UNDER_WAY: dict[Path, Path] = {}  # a save's temporary -> its target
 
 
 def claim_marker(path: Path) -> Path:

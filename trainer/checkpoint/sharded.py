@@ -40,7 +40,7 @@ from trainer.checkpoint.io import (
     save_checkpoint,
     symlink_or_clone,
 )
-from trainer.checkpoint.leftovers import finished, temporary
+from trainer.checkpoint.leftovers import finished, temporary, under_way
 from trainer.checkpoint.shard_digests import check_shards, digesting_writer
 
 META = "meta.pt"
@@ -93,18 +93,19 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, ranks: Ranks, async_sav
         future = dcp.async_save(tensors, storage_writer=digesting_writer(tmp), process_group=_async_group())
         _start_pending(future, tmp, path, ranks.is_global_zero)
         return
-    try:
-        with warnings.catch_warnings():  # one process without a group: "assuming ... a single process"
-            warnings.filterwarnings("ignore", message=".*in a single process.*")
-            import torch.distributed.checkpoint as dcp
+    with under_way(tmp, path):
+        try:
+            with warnings.catch_warnings():  # one process without a group: "assuming ... a single process"
+                warnings.filterwarnings("ignore", message=".*in a single process.*")
+                import torch.distributed.checkpoint as dcp
 
-            dcp.save(tensors, storage_writer=digesting_writer(tmp))
-    except BaseException:
+                dcp.save(tensors, storage_writer=digesting_writer(tmp))
+        except BaseException:
+            if ranks.is_global_zero:
+                _remove(tmp)
+            raise
         if ranks.is_global_zero:
-            _remove(tmp)
-        raise
-    if ranks.is_global_zero:
-        publish(tmp, path)
+            publish(tmp, path)
     ranks.barrier()
 
 
