@@ -15,7 +15,15 @@ AdamW's ``weight_decay``. ``--print_config`` shows what was resolved.
 
 from trainer.cli.core import CLI, SUBCOMMANDS, main
 from trainer.cli.instantiate import instantiate_module
-from trainer.cli.optimizers import LRSchedulerCallable, OptimizerCallable, ReduceLROnPlateau, instantiate_class
+from trainer.cli.optimizers import (
+    LRSchedulerCallable,
+    LRSchedulerType,
+    LRSchedulerTypeTuple,
+    LRSchedulerTypeUnion,
+    OptimizerCallable,
+    ReduceLROnPlateau,
+    instantiate_class,
+)
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
 
@@ -25,6 +33,9 @@ __all__ = [
     "ArgumentParser",
     "ConfigExistsError",
     "LRSchedulerCallable",
+    "LRSchedulerType",
+    "LRSchedulerTypeTuple",
+    "LRSchedulerTypeUnion",
     "OptimizerCallable",
     "ReduceLROnPlateau",
     "SaveConfigCallback",

@@ -263,7 +263,7 @@ class CLI:
             return
         parser = self._parser(self.subcommand)
         optimizer_keys = optimizers.automatic_keys(parser.optimizers, optimizers.Optimizer)
-        scheduler_keys = optimizers.automatic_keys(parser.lr_schedulers, optimizers.LR_SCHEDULER_TYPES)
+        scheduler_keys = optimizers.automatic_keys(parser.lr_schedulers, optimizers.LRSchedulerTypeTuple)
         if len(optimizer_keys) > 1 or len(scheduler_keys) > 1:
             automatic = optimizer_keys + scheduler_keys
             raise MisconfigurationException(

@@ -39,7 +39,10 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
 # ``--model.optimizer torch.optim.SGD --model.optimizer.lr 0.1`` gives ``optimizer(params) -> SGD``.
 OptimizerCallable = Callable[[Iterable[torch.nn.Parameter]], Optimizer]
 LRSchedulerCallable = Callable[[Optimizer], LRScheduler]
-LR_SCHEDULER_TYPES: tuple[type, ...] = (LRScheduler, ReduceLROnPlateau)
+# Lightning's names for the scheduler classes a ``--lr_scheduler`` group accepts (torch's plateau class: ours is one)
+LRSchedulerTypeTuple: tuple[type, ...] = (LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+LRSchedulerTypeUnion = LRScheduler | torch.optim.lr_scheduler.ReduceLROnPlateau
+LRSchedulerType = type[LRScheduler] | type[torch.optim.lr_scheduler.ReduceLROnPlateau]
 
 
 def instantiate_class(args: Any, init: Mapping[str, Any] | Namespace) -> Any:

@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 
 from trainer.callbacks.base import Callback
 from trainer.cli.help_text import plain_help, set_registry_help
-from trainer.cli.optimizers import AUTOMATIC, LR_SCHEDULER_TYPES, with_class_path
+from trainer.cli.optimizers import AUTOMATIC, LRSchedulerTypeTuple, with_class_path
 from trainer.datamodule import DataModule
 from trainer.lightning_paths import port_class_paths
 from trainer.loggers import csv, mlflow, tensorboard, wandb  # noqa: F401  (so `class_path: CSVLogger` resolves)
@@ -109,7 +109,7 @@ class ArgumentParser(jsonargparse.ArgumentParser):
 
     def add_lr_scheduler_args(
         self,
-        lr_scheduler_class: type | tuple[type, ...] = LR_SCHEDULER_TYPES,
+        lr_scheduler_class: type | tuple[type, ...] = LRSchedulerTypeTuple,
         nested_key: str = "lr_scheduler",
         link_to: str = AUTOMATIC,
     ) -> None:
