@@ -39,10 +39,11 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
 # ``--model.optimizer torch.optim.SGD --model.optimizer.lr 0.1`` gives ``optimizer(params) -> SGD``.
 OptimizerCallable = Callable[[Iterable[torch.nn.Parameter]], Optimizer]
 LRSchedulerCallable = Callable[[Optimizer], LRScheduler]
-# Lightning's names for the scheduler classes a ``--lr_scheduler`` group accepts (torch's plateau class: ours is one)
-LRSchedulerTypeTuple: tuple[type, ...] = (LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-LRSchedulerTypeUnion = LRScheduler | torch.optim.lr_scheduler.ReduceLROnPlateau
-LRSchedulerType = type[LRScheduler] | type[torch.optim.lr_scheduler.ReduceLROnPlateau]
+# Lightning's names for the scheduler classes a ``--lr_scheduler`` group accepts (the plateau one is ours, so that
+# ``--lr_scheduler ReduceLROnPlateau`` names one class and takes ``--lr_scheduler.monitor``)
+LRSchedulerTypeTuple: tuple[type, ...] = (LRScheduler, ReduceLROnPlateau)
+LRSchedulerTypeUnion = LRScheduler | ReduceLROnPlateau
+LRSchedulerType = type[LRScheduler] | type[ReduceLROnPlateau]
 
 
 def instantiate_class(args: Any, init: Mapping[str, Any] | Namespace) -> Any:
