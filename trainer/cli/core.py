@@ -11,30 +11,27 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ActionConfigFile, Namespace
+from jsonargparse import ActionConfigFile, Namespace, class_from_function
 
 import trainer as _package
 import trainer.cli.optimizers as optimizers
 from trainer.callbacks.base import Callback
 from trainer.cli.parser import ArgumentParser
-from trainer.cli.save_config import ConfigExistsError, SaveConfigCallback
+from trainer.cli.save_config import SaveConfigCallback
+from trainer.cli.subcommands import DEFAULT_SUBCOMMANDS, short_description, starts_with_subcommand
 from trainer.datamodule import DataModule
 from trainer.exceptions import MisconfigurationException
 from trainer.module import Module
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 
-SUBCOMMANDS = {
-    "fit": "Train the model (--ckpt_path resumes a run exactly).",
-    "validate": "Run the validation set once (--ckpt_path loads weights first).",
-    "test": "Run the test set once (--ckpt_path loads weights first).",
-    "predict": "Run predict_step over the predict set (--ckpt_path loads weights first).",
-}
+SUBCOMMANDS = DEFAULT_SUBCOMMANDS  # our earlier name
 # Seeds exported by an earlier seed_everything (ours, Lightning's, or the parent of a DDP rank).
 _SEED_VARS = ("PL_GLOBAL_SEED",)
 
@@ -87,10 +84,12 @@ class CLI:
         self.subclass_mode_data = datamodule_class is None or subclass_mode_data or subclass_mode
 
         # Earlier steadytrain built a named subcommand with run=False; Lightning would reject the name.
-        with_subcommands = run or _starts_with_subcommand(args)
+        with_subcommands = run or starts_with_subcommand(args, self.subcommands())
+        self._subcommand_method_arguments: dict[str, list[str]] = {}
         self.setup_parser(with_subcommands, *self._split_parser_kwargs())
         self.parse_arguments(self.parser, args)
         self.subcommand: str | None = self.config["subcommand"] if with_subcommands else None
+        self._parse_ckpt_path()
         self.ckpt_path: str | None = self._subconfig(self.config).get("ckpt_path")
         self._check_ckpt_path()
         self._set_seed()
@@ -122,13 +121,22 @@ class CLI:
             main_kwargs.setdefault("description", "Train, validate, test or predict with a steadytrain Module.")
             self.parser = self.init_parser(**main_kwargs)
             subcommands = self.parser.add_subcommands(required=True)
-            for name, help_text in SUBCOMMANDS.items():
-                self.parsers[name] = self._subcommand_parser(name, **sub_kwargs.get(name, {}))
-                subcommands.add_subcommand(name, self.parsers[name], help=help_text)
+            trainer_class = self._trainer_type()
+            for name in self.subcommands():
+                description = short_description(getattr(trainer_class, name))
+                kwargs = dict(sub_kwargs.get(name, {}))
+                kwargs.setdefault("description", description)
+                self.parsers[name] = self._subcommand_parser(trainer_class, name, **kwargs)
+                subcommands.add_subcommand(name, self.parsers[name], help=description)
         else:
             main_kwargs.setdefault("usage", _usage(with_ckpt_path=False))
             self.parser = self.init_parser(**main_kwargs)
             self._add_arguments(self.parser)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Override to add a subcommand (a method of the Trainer) and the method's arguments the CLI passes itself."""
+        return {name: set(skip) for name, skip in DEFAULT_SUBCOMMANDS.items()}
 
     def add_default_arguments_to_parser(self, parser: ArgumentParser) -> None:
         """``--seed_everything``: an int seeds with it, true keeps an exported seed (else 0), false/null skips."""
@@ -165,29 +173,52 @@ class CLI:
 
     def parse_arguments(self, parser: ArgumentParser, args: list[str] | dict[str, Any] | Namespace | None) -> None:
         """``self.config``: command-line style ``args`` (``sys.argv`` when None), or a dict/Namespace config."""
+        if args is not None and len(sys.argv) > 1:
+            warnings.warn(
+                f"CLI(args=...) replaces the command line, which is not empty: sys.argv[1:]={sys.argv[1:]} is ignored "
+                f"in favour of args={args}. Pass one or the other.",
+                UserWarning,
+                stacklevel=3,
+            )
         if isinstance(args, dict | Namespace):
             self.config = parser.parse_object(args)
         else:
             self.config = parser.parse_args(args)
 
-    def _subcommand_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
-        kwargs.setdefault("description", SUBCOMMANDS[name])
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters (its
+        ``hyper_parameters``), applied over the parsed config, so ``test --ckpt_path x.ckpt`` builds the model the
+        checkpoint was trained as."""
+        if self.subcommand is None:
+            return
+        ckpt_path = self.config[self.subcommand].get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        from trainer.checkpoint import load_checkpoint
+
+        hparams = dict(load_checkpoint(ckpt_path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({self.subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write(f"Parsing of the hyper-parameters in --ckpt_path {ckpt_path} failed!\n")
+            raise
+
+    def _subcommand_parser(self, trainer_class: type, name: str, **kwargs: Any) -> ArgumentParser:
         kwargs.setdefault("usage", _usage(with_ckpt_path=True))
         parser = self.init_parser(**kwargs)
         self._add_arguments(parser)
-        parser.add_argument(
-            "--ckpt_path",
-            type=str | None,
-            default=None,
-            help='Checkpoint to resume (fit) or to load weights from; "last": the newest one.',
-        )
-        parser.add_argument(
-            "--weights_only",
-            type=bool | None,
-            default=None,
-            help="Load the checkpoint with torch.load(weights_only=...) (None: True, the safe load).",
-        )
+        skip: set[str | int] = set(self.subcommands()[name])
+        self._subcommand_method_arguments[name] = parser.add_method_arguments(trainer_class, name, skip=skip)
         return parser
+
+    def _trainer_type(self) -> type:
+        trainer_class = self.trainer_class
+        return trainer_class if isinstance(trainer_class, type) else class_from_function(trainer_class)
 
     def _add_arguments(self, parser: ArgumentParser) -> None:
         self.add_default_arguments_to_parser(parser)
@@ -202,8 +233,9 @@ class CLI:
 
     def _split_parser_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """``parser_kwargs`` keys named after a subcommand go to that subcommand's parser; the rest to the main one."""
-        main = {k: v for k, v in self.parser_kwargs.items() if k not in SUBCOMMANDS}
-        per_subcommand = {k: dict(v) for k, v in self.parser_kwargs.items() if k in SUBCOMMANDS}
+        names = self.subcommands()
+        main = {k: v for k, v in self.parser_kwargs.items() if k not in names}
+        per_subcommand = {k: dict(v) for k, v in self.parser_kwargs.items() if k in names}
         return main, per_subcommand
 
     # ---- seeding and building ------------------------------------------------------------
@@ -237,18 +269,31 @@ class CLI:
         """Override to run code once everything is built (before the subcommand)."""
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """Build the Trainer from ``--trainer.*`` (``kwargs`` win); the CLI's callbacks join the configured ones."""
+        """Build the Trainer from ``--trainer.*`` (``kwargs`` win); the CLI's callbacks join the configured ones, and
+        the config is saved (``save_config_callback``) unless the run is a ``fast_dev_run`` (Lightning's rules)."""
         parser = self._parser(self.subcommand)
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        callbacks = [
-            *_as_list(config.pop("callbacks", None)),
+        if "callbacks" not in config:  # a Trainer class (or builder function) without a callbacks argument
+            warnings.warn(
+                f"The `{self.trainer_class.__qualname__}` class does not expose the `callbacks` argument so they will "
+                "not be included.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return self._build_trainer(parser, config)
+        config["callbacks"] = [
+            *_as_list(config["callbacks"]),
             *(self._get(self.config_init, key) for key in parser.callback_keys),
             *_as_list(self.trainer_defaults.get("callbacks")),
         ]
-        if self.save_config_callback is not None and self.subcommand in (None, "fit"):
-            callbacks.append(self.save_config_callback(parser, self._subconfig(self.config), **self.save_config_kwargs))
+        if self.save_config_callback is not None and not config.get("fast_dev_run", False):
+            saver = self.save_config_callback(parser, self._subconfig(self.config), **self.save_config_kwargs)
+            config["callbacks"].append(saver)
+        return self._build_trainer(parser, config)
+
+    def _build_trainer(self, parser: ArgumentParser, config: dict[str, Any]) -> Trainer:
         try:
-            return self.trainer_class(**config, callbacks=callbacks)
+            return self.trainer_class(**config)
         except (ValueError, TypeError) as err:
             parser.usage_error("invalid --trainer.* value", err)
 
@@ -288,23 +333,24 @@ class CLI:
 
     # ---- running ---------------------------------------------------------------------------
     def run(self) -> Any:
-        """``before_<subcommand>``, the subcommand, ``after_<subcommand>``; validate/test print their metrics."""
+        """``before_<subcommand>``, the subcommand (the CLI's method of that name, else the Trainer's), ``after_``."""
         name = self.subcommand
         if name is None:
             raise RuntimeError("run() needs a subcommand: this CLI was built with run=False and no subcommand.")
-        getattr(self, f"before_{name}")()
-        method = getattr(self, name, None) or getattr(self.trainer, name)  # a subclass may define fit() etc.
-        try:
-            weights_only = self._subconfig(self.config).get("weights_only")
-            extra = {} if weights_only is None else {"weights_only": weights_only}
-            result = method(self.model, datamodule=self.datamodule, ckpt_path=self.ckpt_path, **extra)
-        except ConfigExistsError as err:
-            self._parser(name).error(str(err))
-        if name in ("validate", "test") and self.trainer.is_global_zero:
-            for metrics in result:
-                print("\n".join(f"{k}: {v:.6g}" for k, v in sorted(metrics.items())), flush=True)
-        getattr(self, f"after_{name}")()
+        _call_if_defined(self, f"before_{name}")
+        method = getattr(self, name, None) or getattr(self.trainer, name)
+        result = method(**self._prepare_subcommand_kwargs(name))
+        _call_if_defined(self, f"after_{name}")
         return result
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        """The subcommand's own flags, the model, and the datamodule when there is one (Lightning's call)."""
+        config = self.config_init[subcommand]
+        kwargs = {k: v for k, v in config.items() if k in self._subcommand_method_arguments[subcommand]}
+        kwargs["model"] = self.model
+        if self.datamodule is not None:
+            kwargs["datamodule"] = self.datamodule
+        return kwargs
 
     def before_fit(self) -> None:
         """Override to run code just before ``Trainer.fit``."""
@@ -348,9 +394,10 @@ class CLI:
             )
 
 
-def _starts_with_subcommand(args: list[str] | dict[str, Any] | Namespace | None) -> bool:
-    argv = sys.argv[1:] if args is None else args
-    return isinstance(argv, list) and bool(argv) and argv[0] in SUBCOMMANDS
+def _call_if_defined(cli: CLI, name: str) -> None:
+    hook = getattr(cli, name, None)
+    if callable(hook):
+        hook()
 
 
 def _exported_seed() -> int:

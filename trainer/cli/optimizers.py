@@ -90,8 +90,8 @@ def replace_configure_optimizers(
     """Build the chosen optimizer (and scheduler) now and make ``module.configure_optimizers`` return them."""
     if type(module).configure_optimizers is not Module.configure_optimizers:
         warnings.warn(
-            f"{type(module).__name__}.configure_optimizers is replaced by {owner}.configure_optimizers "
-            "because --optimizer was given.",
+            f"`{type(module).__name__}.configure_optimizers` will be overridden by `{owner}.configure_optimizers` "
+            "(--optimizer was given).",
             stacklevel=3,
         )
     optimizer = instantiate_class(module.parameters(), optimizer_init)

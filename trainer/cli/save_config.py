@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class ConfigExistsError(RuntimeError):
-    """The run folder already holds another run's config; the CLI reports it as a usage error."""
+    """The run folder already holds another run's config (a RuntimeError, as Lightning raises)."""
 
 
 class SaveConfigCallback(Callback):
@@ -44,7 +44,8 @@ class SaveConfigCallback(Callback):
     ) -> None:
         if not save_to_log_dir and type(self).save_config is SaveConfigCallback.save_config:
             raise MisconfigurationException(
-                "save_to_log_dir=False saves nothing unless a subclass overrides save_config()."
+                "`save_to_log_dir=False` only makes sense when subclassing SaveConfigCallback to implement "
+                "`save_config`: without it nothing would be saved."
             )
         self.parser = parser
         self.config = config
@@ -87,7 +88,8 @@ class SaveConfigCallback(Callback):
 def _refusal(path: str) -> str:
     folder = Path(path).parent
     return (
-        f"{path} already exists: another run wrote to {folder}. Use a fresh --trainer.default_root_dir, "
+        f"SaveConfigCallback expected {path} to NOT exist. Aborting to avoid overwriting results of a previous run "
+        f"in {folder}. Use a fresh --trainer.default_root_dir, "
         'keep the logger on (a new version_N folder per run), or pass save_config_kwargs={"overwrite": True} '
         "(or save_config_callback=None) to CLI."
     )

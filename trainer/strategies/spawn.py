@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.multiprocessing import ProcessRaisedException
 
 from trainer import failures, launch, supervise
 from trainer.exceptions import MisconfigurationException
@@ -44,8 +45,9 @@ _CAUSE_WAIT_S = 1.0  # after a rank failed: time for the rank that caused it to 
 SPAWN_MARK = "spawn"  # launch.SELF_LAUNCH_VAR in a rank this module started
 
 
-class RankFailedError(RuntimeError):
-    """A rank of a ``ddp_spawn``/``ddp_fork`` job failed; the message ends with its cause."""
+class RankFailedError(ProcessRaisedException):
+    """A rank of a ``ddp_spawn``/``ddp_fork`` job failed; the message ends with its cause. A
+    ``torch.multiprocessing.ProcessRaisedException``, as Lightning's spawned ranks raise, so code catching that works."""
 
 
 class MultiprocessingLauncher:
@@ -205,7 +207,8 @@ def _failure(processes: list[multiprocessing.process.BaseProcess], first: int, c
         time.sleep(_POLL_S)
     _kill(processes)
     cause = failures.recorded(folder, first) or supervise.describe_exit(first, code)
-    return RankFailedError(f"{supervise.describe_exit(first, code)}; all ranks stopped.\nrank {first} failed: {cause}")
+    message = f"{supervise.describe_exit(first, code)}; all ranks stopped.\nrank {first} failed: {cause}"
+    return RankFailedError(message, first, processes[first].pid or 0)
 
 
 def _kill(processes: list[multiprocessing.process.BaseProcess]) -> None:
