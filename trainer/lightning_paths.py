@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from typing import Any
 
 # Lightning's names that steadytrain spells differently (the port of import lines uses this table too).
 RENAMED = {
@@ -42,3 +43,14 @@ def port_class_paths(text: str) -> str:
     if "lightning" not in text:
         return text
     return _PATH.sub(ported_class_path, text)
+
+
+def port_class_paths_in(value: Any) -> Any:
+    """``value`` (a config as dicts and lists, e.g. ``trainer_defaults``) with Lightning's class paths as ours."""
+    if isinstance(value, str):
+        return port_class_paths(value)
+    if isinstance(value, dict):
+        return {k: port_class_paths_in(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(port_class_paths_in(v) for v in value)
+    return value

@@ -27,6 +27,7 @@ from trainer.cli.save_config import SaveConfigCallback
 from trainer.cli.subcommands import DEFAULT_SUBCOMMANDS, short_description, starts_with_subcommand
 from trainer.datamodule import DataModule
 from trainer.exceptions import MisconfigurationException
+from trainer.lightning_paths import port_class_paths_in
 from trainer.module import Module
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
@@ -151,7 +152,11 @@ class CLI:
     def add_core_arguments_to_parser(self, parser: ArgumentParser) -> None:
         """``--trainer.*`` (with ``trainer_defaults`` as defaults), ``--model.*`` and ``--data.*``."""
         parser.add_lightning_class_args(self.trainer_class, "trainer")
-        defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        defaults = {
+            f"trainer.{key}": port_class_paths_in(value)
+            for key, value in self.trainer_defaults.items()
+            if key != "callbacks"
+        }
         try:
             parser.set_defaults(defaults)
         except (KeyError, ValueError) as err:  # a typo or a bare instance: a bug in the script, not in the flags
@@ -175,8 +180,9 @@ class CLI:
         """``self.config``: command-line style ``args`` (``sys.argv`` when None), or a dict/Namespace config."""
         if args is not None and len(sys.argv) > 1:
             warnings.warn(
-                f"CLI(args=...) replaces the command line, which is not empty: sys.argv[1:]={sys.argv[1:]} is ignored "
-                f"in favour of args={args}. Pass one or the other.",
+                "LightningCLI's args parameter (steadytrain's CLI(args=...)) is intended to run from within Python "
+                "like if it were from the command line: it replaces the command line, which is not empty. To prevent "
+                f"mistakes pass one or the other; got sys.argv[1:]={sys.argv[1:]}, args={args}.",
                 UserWarning,
                 stacklevel=3,
             )
@@ -284,12 +290,18 @@ class CLI:
         config["callbacks"] = [
             *_as_list(config["callbacks"]),
             *(self._get(self.config_init, key) for key in parser.callback_keys),
-            *_as_list(self.trainer_defaults.get("callbacks")),
+            *self._default_callbacks(),
         ]
         if self.save_config_callback is not None and not config.get("fast_dev_run", False):
             saver = self.save_config_callback(parser, self._subconfig(self.config), **self.save_config_kwargs)
             config["callbacks"].append(saver)
         return self._build_trainer(parser, config)
+
+    def _default_callbacks(self) -> list[Callback]:
+        """``trainer_defaults["callbacks"]``: objects, or ``{"class_path", "init_args"}`` dicts built here."""
+        given = self.trainer_defaults.get("callbacks")
+        given = given if isinstance(given, list | tuple) else [] if given is None else [given]
+        return [optimizers.instantiate_class((), port_class_paths_in(c)) if isinstance(c, dict) else c for c in given]
 
     def _build_trainer(self, parser: ArgumentParser, config: dict[str, Any]) -> Trainer:
         try:

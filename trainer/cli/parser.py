@@ -7,6 +7,7 @@ Named like Lightning's ``LightningArgumentParser`` without the prefix (as ``Modu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -24,6 +25,19 @@ from trainer.module import Module
 from trainer.trainer import Trainer
 
 _BUILDABLE = (Trainer, Module, DataModule, Callback)
+
+
+def _load_callbacks() -> None:
+    """Import every callback (``trainer.callbacks`` loads most on first use), so a short name such as
+    ``--trainer.callbacks=DeviceStatsMonitor`` resolves: jsonargparse finds a name among the imported subclasses."""
+    import trainer.callbacks as callbacks
+
+    for name in callbacks._LAZY:
+        with contextlib.suppress(ImportError):  # an optional package (rich) is missing: that one cannot be named
+            getattr(callbacks, name)
+
+
+_load_callbacks()
 ClassGroups = dict[str, tuple[type | tuple[type, ...], str]]
 
 

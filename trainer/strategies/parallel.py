@@ -87,6 +87,11 @@ class ParallelStrategy(Strategy):
         self._owns_group = False
         self._store: dist.Store | None = None  # this group's part of the job's store
 
+    @property
+    def process_group_backend(self) -> str | None:
+        """Lightning's name: the backend given, else the one chosen for the accelerator (gloo, or nccl on CUDA)."""
+        return self._backend_arg or self.backend
+
     def configure(
         self,
         accelerator: str,

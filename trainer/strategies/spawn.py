@@ -47,7 +47,7 @@ SPAWN_MARK = "spawn"  # launch.SELF_LAUNCH_VAR in a rank this module started
 
 class RankFailedError(ProcessRaisedException):
     """A rank of a ``ddp_spawn``/``ddp_fork`` job failed; the message ends with its cause. A
-    ``torch.multiprocessing.ProcessRaisedException``, as Lightning's spawned ranks raise, so code catching that works."""
+    ``torch.multiprocessing.ProcessRaisedException``, as Lightning's spawned ranks raise: code catching that works."""
 
 
 class MultiprocessingLauncher:
