@@ -211,7 +211,7 @@ class CLI:
         try:
             self.config = self.parser.parse_object({self.subcommand: {"model": hparams}}, self.config)
         except SystemExit:
-            sys.stderr.write(f"Parsing of the hyper-parameters in --ckpt_path {ckpt_path} failed!\n")
+            sys.stderr.write(f"Parsing of ckpt_path hyperparameters failed! ({ckpt_path})\n")
             raise
 
     def _subcommand_parser(self, trainer_class: type, name: str, **kwargs: Any) -> ArgumentParser:
