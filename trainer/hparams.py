@@ -8,19 +8,35 @@ lists, tuples and dicts of them) are stored; ``plain_values`` says which are lef
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
 import types
 import warnings
 from argparse import Namespace
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 _PRIMITIVES = (bool, int, float, str)
+# The hyper-parameters a builder gives the object it builds (the CLI: the config it was built from), which
+# ``save_hyperparameters`` saves instead of the ``__init__`` arguments (Lightning's ``_given_hyperparameters``).
+_given: ContextVar[dict[str, Any] | None] = ContextVar("given_hyperparameters", default=None)
+
+
+@contextlib.contextmanager
+def given_hyperparameters(hparams: Mapping[str, Any], instantiator: str) -> Iterator[None]:
+    """Objects built in this block save ``hparams`` (plus ``_instantiator``: what rebuilds them from a checkpoint)."""
+    token = _given.set({**hparams, "_instantiator": instantiator})
+    try:
+        yield
+    finally:
+        _given.reset(token)
+
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
 
@@ -132,7 +148,9 @@ def save_hyperparameters(
         state.explicit = True  # an empty dict or Namespace saves nothing, as Lightning
         return
     ignored = ignored_names(ignore)
-    values, name, namespace = select(obj, collect_init_args(obj, frame), args, ignored)
+    given = _given.get()
+    init_args = dict(given) if given is not None else collect_init_args(obj, frame)
+    values, name, namespace = select(obj, init_args, args, ignored)
     state.save(values, ignored, name, namespace, logger)
     for name in module_values(state.values):
         warnings.warn(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,15 +73,54 @@ def saved_hparams(cls: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
     return saved
 
 
+# What a checkpoint may name as its ``_instantiator`` (a CLI run's modules: rebuilt from their config through
+# jsonargparse); Lightning's paths name our function, so checkpoints go both ways. Anything else is refused: a
+# checkpoint must not choose code to run.
+TRUSTED_INSTANTIATORS = (
+    "lightning.pytorch.cli.instantiate_module",
+    "pytorch_lightning.cli.instantiate_module",
+    "trainer.cli.instantiate_module",
+)
+
+
+def trusted_instantiator(cls: type, path: Any, class_path: Any) -> Any:
+    """The function that rebuilds ``cls`` from a CLI run's hyper-parameters, or None where none was saved."""
+    if path is None:
+        return None
+    if path not in TRUSTED_INSTANTIATORS:
+        raise ValueError(
+            f"The instantiator {path!r} from the checkpoint is not one of the trusted {list(TRUSTED_INSTANTIATORS)} "
+            "and was blocked to prevent arbitrary code execution."
+        )
+    if class_path is not None and not _imported_subclass(str(class_path), cls):
+        raise ValueError(
+            f"The class {class_path!r} requested by the checkpoint does not resolve to an already imported subclass "
+            f"of {cls.__name__} and was blocked to prevent arbitrary code execution. If you trust this checkpoint, "
+            "import the module that defines the class before loading."
+        )
+    from trainer.checkpoint.instantiate import instantiate_module
+
+    return instantiate_module
+
+
+def _imported_subclass(class_path: str, cls: type) -> bool:
+    module_name, _, name = class_path.rpartition(".")
+    found = getattr(sys.modules.get(module_name), name, None)
+    return isinstance(found, type) and issubclass(found, cls)
+
+
 def build(cls: type[T], checkpoint: dict[str, Any], path: Any, overrides: dict[str, Any]) -> T:
     """``cls(**saved hyper-parameters updated with overrides)``; keywords ``__init__`` does not take are dropped
     unless it takes ``**kwargs`` (Lightning's rule). An error names the class that wrote the checkpoint."""
     saved = {**saved_hparams(cls, checkpoint), **overrides}
+    instantiator = trusted_instantiator(cls, saved.pop("_instantiator", None), saved.get("_class_path"))
     name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)  # type: ignore[attr-defined]
     namespace = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_TYPE) == "Namespace"  # type: ignore[attr-defined]
     kwargs, _ = hparams_lib.rebuild_kwargs(cls.__init__, saved, name, namespace, overrides)
+    if instantiator is not None and "_class_path" in saved:  # the subclass the CLI built, even when loading by a base
+        kwargs["_class_path"] = saved["_class_path"]
     try:
-        return cls(**kwargs)
+        return instantiator(cls, kwargs) if instantiator is not None else cls(**kwargs)
     except TypeError as err:
         written_by = checkpoint.get("module_class", "an unknown class")
         raise TypeError(

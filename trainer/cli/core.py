@@ -9,6 +9,7 @@ DDP self-launch can re-run the same command line in every rank and get the same 
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -27,6 +28,7 @@ from trainer.cli.save_config import SaveConfigCallback
 from trainer.cli.subcommands import DEFAULT_SUBCOMMANDS, short_description, starts_with_subcommand
 from trainer.datamodule import DataModule
 from trainer.exceptions import MisconfigurationException
+from trainer.hparams import given_hyperparameters
 from trainer.lightning_paths import port_class_paths_in
 from trainer.module import Module
 from trainer.seed import seed_everything
@@ -262,6 +264,7 @@ class CLI:
 
     def instantiate_classes(self) -> None:
         """``self.config_init`` (the built config), ``self.datamodule``, ``self.model`` and ``self.trainer``."""
+        self._add_instantiators()
         try:
             self.config_init = self.parser.instantiate(self.config)
         except (ValueError, TypeError) as err:
@@ -270,6 +273,18 @@ class CLI:
         self.model: Module = self._get(self.config_init, "model")
         self._add_configure_optimizers_method_to_model()
         self.trainer = self.instantiate_trainer()
+
+    def _add_instantiators(self) -> None:
+        """The model and datamodule are built saving their config as hyper-parameters (Lightning's rule): what
+        ``save_hyperparameters()`` records and ``load_from_checkpoint`` rebuilds them from, nested classes included."""
+        self._hparams_source: dict[str, Any] = yaml.safe_load(
+            self._parser(self.subcommand).dump(self._subconfig(self.config), skip_link_targets=False, skip_none=False)
+        )
+        for key, built, base, subclasses in (
+            ("model", self.model_class, Module, self.subclass_mode_model),
+            ("data", self.datamodule_class, DataModule, self.subclass_mode_data),
+        ):
+            self.parser.add_instantiator(_Instantiator(self, key), _built_type(built, base), subclasses=subclasses)
 
     def after_instantiate_classes(self) -> None:
         """Override to run code once everything is built (before the subcommand)."""
@@ -404,6 +419,49 @@ class CLI:
             self._parser(self.subcommand).error(
                 f'--ckpt_path {self.ckpt_path}: no such file (give a checkpoint file or "last").'
             )
+
+
+# Lightning's name for the rebuilding function: a checkpoint written here loads under Lightning too (and ours reads
+# it as trainer.cli.instantiate_module: trainer/checkpoint/rebuild.py)
+INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
+
+
+class _Instantiator:
+    """Builds the CLI's ``key`` object with its config as the hyper-parameters it saves."""
+
+    def __init__(self, cli: CLI, key: str) -> None:
+        self.cli, self.key = cli, key
+
+    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict[str, Any], **kwargs: Any) -> Any:
+        hparams = self.cli._hparams_source.get(self.key) or {}
+        if "class_path" in hparams:  # the same keys whatever the subclass mode; the class under a key of its own
+            hparams = {
+                "_class_path": hparams["class_path"],
+                **(hparams.get("init_args") or {}),
+                **(hparams.get("dict_kwargs") or {}),
+            }
+        for key, value in applied_instantiation_links.items():  # values linked at instantiation, known only now
+            if key.startswith(f"{self.key}."):
+                _set_nested(hparams, key[len(self.key) + 1 :].removeprefix("init_args."), value)
+        with given_hyperparameters(hparams, INSTANTIATOR):
+            return class_type(*args, **kwargs)
+
+
+def _set_nested(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+def _built_type(built: Any, base: type) -> type:
+    """What a ``model_class``/``datamodule_class`` builds: itself, a builder function's return type, or the base."""
+    if built is None:
+        return base
+    if callable(built) and not isinstance(built, type):
+        returned = inspect.signature(built).return_annotation
+        return returned if isinstance(returned, type) else base
+    return built  # type: ignore[no-any-return]
 
 
 def _call_if_defined(cli: CLI, name: str) -> None:

@@ -1,5 +1,7 @@
-"""The hyper-parameters the loggers get when fit starts: the module's and the DataModule's saved ones and
-the CLI's config, on global rank zero, as Lightning logs them; and the module itself, for ``log_graph``."""
+"""The hyper-parameters the loggers get when fit starts: the module's and the DataModule's saved ones, on global
+rank zero, as Lightning logs them; and the module itself, for ``log_graph``. A CLI run's modules save their
+config as their hyper-parameters (``trainer.cli``); the whole config goes to ``config.yaml`` and checkpoints, and to
+a logger where ``SaveConfigCallback.save_config`` sends it (Lightning's way)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 def log_hyperparams(trainer: TrainerView, module: Module, datamodule: Any) -> None:
     if not trainer.is_global_zero:
         return
-    params = {**logged_hparams(module, datamodule), **({"config": trainer.config} if trainer.config else {})}
+    params = logged_hparams(module, datamodule)
     if not trainer.enable_autolog_hparams:  # Trainer(enable_autolog_hparams=False)
         params = {}
     for lg in trainer.loggers:  # a logger shaped as Lightning's, not subclassing ours, may lack the first two
@@ -37,11 +39,11 @@ def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
     keeps either out; the automatic record stays in checkpoints); a name both hold with different values is an
     error, as in Lightning."""
     state = module._hparams_state()
-    logged = dict(module.hparams_initial) if state.log and state.explicit else {}
+    logged = _without_cli_keys(module.hparams_initial) if state.log and state.explicit else {}
     saved = getattr(datamodule, "_hparams_state", lambda: None)()
     if saved is None or not (saved.log and saved.explicit):
         return logged
-    extra = dict(datamodule.hparams_initial)
+    extra = _without_cli_keys(datamodule.hparams_initial)
     clash = sorted(k for k in logged.keys() & extra.keys() if _differ(logged[k], extra[k]))
     if clash:
         raise RuntimeError(
@@ -50,6 +52,11 @@ def logged_hparams(module: Module, datamodule: Any) -> dict[str, Any]:
             f"{type(datamodule).__name__}'s); rename one, or save_hyperparameters(ignore=...) it in one of them."
         )
     return {**logged, **extra}
+
+
+def _without_cli_keys(hparams: Any) -> dict[str, Any]:
+    """The CLI's own record of the class it built (``_class_path``) stays in checkpoints, not in the loggers."""
+    return {k: v for k, v in dict(hparams).items() if k != "_class_path"}
 
 
 def _differ(a: Any, b: Any) -> bool:
