@@ -53,6 +53,7 @@ from tests.lightning_port import RENAMED, port_source
 
 REPO = Path(__file__).resolve().parents[1]
 DIRS = ["trainer", "callbacks", "checkpointing", "loops", "core", "loggers", "models", "tuner"]
+TOP_FILES = ["test_cli.py"]  # tests_pytorch's own files measured with the directories (LightningCLI)
 KEEP = {"conftest.py", "helpers/runif.py"}  # the test runner's machinery: Lightning's on both sides
 # Lightning's own pytest settings (its pyproject.toml), without the doctests of its source tree.
 PYTEST_INI = """[pytest]
@@ -248,6 +249,8 @@ def test_files(tests: Path, dirs: list[str], files: list[str]) -> list[str]:
     found = []
     for directory in dirs:
         found += sorted(p.relative_to(tests.parent).as_posix() for p in (tests / directory).rglob("test_*.py"))
+    if dirs == DIRS:
+        found += [(tests / name).relative_to(tests.parent).as_posix() for name in TOP_FILES if (tests / name).is_file()]
     return found
 
 
