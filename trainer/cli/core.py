@@ -9,8 +9,6 @@ DDP self-launch can re-run the same command line in every rank and get the same 
 
 from __future__ import annotations
 
-import inspect
-import os
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -23,26 +21,25 @@ from jsonargparse import ActionConfigFile, Namespace, class_from_function
 import trainer as _package
 import trainer.cli.optimizers as optimizers
 from trainer.callbacks.base import Callback
+from trainer.cli.help_text import usage
+from trainer.cli.instantiate import Instantiator, built_type
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import SaveConfigCallback
-from trainer.cli.subcommands import DEFAULT_SUBCOMMANDS, short_description, starts_with_subcommand
+from trainer.cli.subcommands import (
+    DEFAULT_SUBCOMMANDS,
+    call_if_defined,
+    checkpoint_model_config,
+    short_description,
+    starts_with_subcommand,
+)
 from trainer.datamodule import DataModule
 from trainer.exceptions import MisconfigurationException
-from trainer.hparams import given_hyperparameters
 from trainer.lightning_paths import port_class_paths_in
 from trainer.module import Module
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 
 SUBCOMMANDS = DEFAULT_SUBCOMMANDS  # our earlier name
-# Seeds exported by an earlier seed_everything (ours, Lightning's, or the parent of a DDP rank).
-_SEED_VARS = ("PL_GLOBAL_SEED",)
-
-
-def _usage(with_ckpt_path: bool) -> str:
-    """A short usage line, so an error message is not buried under every flag (--help lists them)."""
-    usage = "%(prog)s [--config FILE] [--print_config] [--seed_everything N] [--trainer.* ...] [--model.* ...] "
-    return usage + ("[--data.* ...] [--ckpt_path PATH]" if with_ckpt_path else "[--data.* ...]")
 
 
 class CLI:
@@ -51,6 +48,8 @@ class CLI:
     ``model_class``/``datamodule_class`` fix the classes; with ``subclass_mode_model``/``_data`` (or
     no class) they are chosen by import path: ``--model pkg.mod.Model --model.init_args.x 1``.
     ``run=False``: no subcommand, nothing runs; use ``.trainer``, ``.model``, ``.datamodule`` and ``.config``.
+    Define ``before_<subcommand>``/``after_<subcommand>`` (``before_fit``, ``after_test``, ...) to run code around
+    a subcommand, as in LightningCLI.
     """
 
     def __init__(
@@ -132,7 +131,7 @@ class CLI:
                 self.parsers[name] = self._subcommand_parser(trainer_class, name, **kwargs)
                 subcommands.add_subcommand(name, self.parsers[name], help=description)
         else:
-            main_kwargs.setdefault("usage", _usage(with_ckpt_path=False))
+            main_kwargs.setdefault("usage", usage(with_ckpt_path=False))
             self.parser = self.init_parser(**main_kwargs)
             self._add_arguments(self.parser)
 
@@ -194,30 +193,22 @@ class CLI:
             self.config = parser.parse_args(args)
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters (its
-        ``hyper_parameters``), applied over the parsed config, so ``test --ckpt_path x.ckpt`` builds the model the
-        checkpoint was trained as."""
+        """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters, applied over
+        the parsed config, so ``test --ckpt_path x.ckpt`` builds the model the checkpoint was trained as."""
         if self.subcommand is None:
             return
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
-        if not ckpt_path or not Path(ckpt_path).is_file():
+        model = checkpoint_model_config(ckpt_path)
+        if model is None:
             return
-        from trainer.checkpoint import load_checkpoint
-
-        hparams = dict(load_checkpoint(ckpt_path).get("hyper_parameters") or {})
-        hparams.pop("_instantiator", None)
-        if not hparams:
-            return
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         try:
-            self.config = self.parser.parse_object({self.subcommand: {"model": hparams}}, self.config)
+            self.config = self.parser.parse_object({self.subcommand: {"model": model}}, self.config)
         except SystemExit:
             sys.stderr.write(f"Parsing of ckpt_path hyperparameters failed! ({ckpt_path})\n")
             raise
 
     def _subcommand_parser(self, trainer_class: type, name: str, **kwargs: Any) -> ArgumentParser:
-        kwargs.setdefault("usage", _usage(with_ckpt_path=True))
+        kwargs.setdefault("usage", usage(with_ckpt_path=True))
         parser = self.init_parser(**kwargs)
         self._add_arguments(parser)
         skip: set[str | int] = set(self.subcommands()[name])
@@ -254,7 +245,7 @@ class CLI:
         if value is None or value is False:
             return
         try:
-            seed = seed_everything(_exported_seed() if value is True else value, workers=True)
+            seed = seed_everything(None if value is True else value, workers=True)  # True: the exported seed, else 0
         except ValueError as err:
             self._parser(self.subcommand).usage_error("--seed_everything", err)
         config["seed_everything"] = seed
@@ -284,7 +275,7 @@ class CLI:
             ("model", self.model_class, Module, self.subclass_mode_model),
             ("data", self.datamodule_class, DataModule, self.subclass_mode_data),
         ):
-            self.parser.add_instantiator(_Instantiator(self, key), _built_type(built, base), subclasses=subclasses)
+            self.parser.add_instantiator(Instantiator(self, key), built_type(built, base), subclasses=subclasses)
 
     def after_instantiate_classes(self) -> None:
         """Override to run code once everything is built (before the subcommand)."""
@@ -364,10 +355,10 @@ class CLI:
         name = self.subcommand
         if name is None:
             raise RuntimeError("run() needs a subcommand: this CLI was built with run=False and no subcommand.")
-        _call_if_defined(self, f"before_{name}")
+        call_if_defined(self, f"before_{name}")
         method = getattr(self, name, None) or getattr(self.trainer, name)
         result = method(**self._prepare_subcommand_kwargs(name))
-        _call_if_defined(self, f"after_{name}")
+        call_if_defined(self, f"after_{name}")
         return result
 
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
@@ -378,30 +369,6 @@ class CLI:
         if self.datamodule is not None:
             kwargs["datamodule"] = self.datamodule
         return kwargs
-
-    def before_fit(self) -> None:
-        """Override to run code just before ``Trainer.fit``."""
-
-    def after_fit(self) -> None:
-        """Override to run code after ``Trainer.fit`` returns (e.g. test the best checkpoint)."""
-
-    def before_validate(self) -> None:
-        """Override to run code just before ``Trainer.validate``."""
-
-    def after_validate(self) -> None:
-        """Override to run code after ``Trainer.validate`` returns."""
-
-    def before_test(self) -> None:
-        """Override to run code just before ``Trainer.test``."""
-
-    def after_test(self) -> None:
-        """Override to run code after ``Trainer.test`` returns."""
-
-    def before_predict(self) -> None:
-        """Override to run code just before ``Trainer.predict``."""
-
-    def after_predict(self) -> None:
-        """Override to run code after ``Trainer.predict`` returns."""
 
     # ---- helpers ---------------------------------------------------------------------------
     def _parser(self, subcommand: str | None) -> ArgumentParser:
@@ -419,66 +386,6 @@ class CLI:
             self._parser(self.subcommand).error(
                 f'--ckpt_path {self.ckpt_path}: no such file (give a checkpoint file or "last").'
             )
-
-
-# Lightning's name for the rebuilding function: a checkpoint written here loads under Lightning too (and ours reads
-# it as trainer.cli.instantiate_module: trainer/checkpoint/rebuild.py)
-INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
-
-
-class _Instantiator:
-    """Builds the CLI's ``key`` object with its config as the hyper-parameters it saves."""
-
-    def __init__(self, cli: CLI, key: str) -> None:
-        self.cli, self.key = cli, key
-
-    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict[str, Any], **kwargs: Any) -> Any:
-        hparams = self.cli._hparams_source.get(self.key) or {}
-        if "class_path" in hparams:  # the same keys whatever the subclass mode; the class under a key of its own
-            hparams = {
-                "_class_path": hparams["class_path"],
-                **(hparams.get("init_args") or {}),
-                **(hparams.get("dict_kwargs") or {}),
-            }
-        for key, value in applied_instantiation_links.items():  # values linked at instantiation, known only now
-            if key.startswith(f"{self.key}."):
-                _set_nested(hparams, key[len(self.key) + 1 :].removeprefix("init_args."), value)
-        with given_hyperparameters(hparams, INSTANTIATOR):
-            return class_type(*args, **kwargs)
-
-
-def _set_nested(data: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for key in parents:
-        data = data.setdefault(key, {})
-    data[last] = value
-
-
-def _built_type(built: Any, base: type) -> type:
-    """What a ``model_class``/``datamodule_class`` builds: itself, a builder function's return type, or the base."""
-    if built is None:
-        return base
-    if callable(built) and not isinstance(built, type):
-        returned = inspect.signature(built).return_annotation
-        return returned if isinstance(returned, type) else base
-    return built  # type: ignore[no-any-return]
-
-
-def _call_if_defined(cli: CLI, name: str) -> None:
-    hook = getattr(cli, name, None)
-    if callable(hook):
-        hook()
-
-
-def _exported_seed() -> int:
-    """The seed a parent process or an earlier ``seed_everything`` exported, else 0 (Lightning 2.x's rule)."""
-    for name in _SEED_VARS:
-        if name in os.environ:
-            try:
-                return int(os.environ[name])
-            except ValueError:
-                raise MisconfigurationException(f"{name}={os.environ[name]!r} is not an integer seed.") from None
-    return 0
 
 
 def _as_list(callbacks: Callback | Iterable[Callback] | None) -> list[Callback]:

@@ -46,3 +46,9 @@ def plain_help(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if isinstance(action.help, str) and action.help != argparse.SUPPRESS:
             action.help = plain(action.help)
+
+
+def usage(with_ckpt_path: bool) -> str:
+    """A short usage line, so an error message is not buried under every flag (--help lists them)."""
+    usage = "%(prog)s [--config FILE] [--print_config] [--seed_everything N] [--trainer.* ...] [--model.* ...] "
+    return usage + ("[--data.* ...] [--ckpt_path PATH]" if with_ckpt_path else "[--data.* ...]")
