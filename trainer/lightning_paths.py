@@ -20,7 +20,7 @@ RENAMED = {
     "LightningCLI": "CLI",
     "LightningArgumentParser": "ArgumentParser",
 }
-_PATH = re.compile(r"\b(?:lightning\.pytorch|pytorch_lightning)((?:\.[a-z_]\w*)*)\.([A-Z]\w*)\b")
+_PATH = re.compile(r"\b(?:lightning\.pytorch|lightning\.fabric|pytorch_lightning|lightning_fabric)((?:\.[a-z_]\w*)*)\.([A-Z]\w*)\b")
 
 
 def ported_class_path(match: re.Match[str]) -> str:
