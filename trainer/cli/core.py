@@ -21,7 +21,7 @@ from jsonargparse import ActionConfigFile, Namespace, class_from_function
 import trainer as _package
 import trainer.cli.optimizers as optimizers
 from trainer.callbacks.base import Callback
-from trainer.cli.help_text import usage
+from trainer.cli.help_text import plain, usage
 from trainer.cli.instantiate import Instantiator, built_type
 from trainer.cli.parser import ArgumentParser
 from trainer.cli.save_config import SaveConfigCallback
@@ -125,7 +125,7 @@ class CLI:
             subcommands = self.parser.add_subcommands(required=True)
             trainer_class = self._trainer_type()
             for name in self.subcommands():
-                description = short_description(getattr(trainer_class, name))
+                description = plain(short_description(getattr(trainer_class, name)))
                 kwargs = dict(sub_kwargs.get(name, {}))
                 kwargs.setdefault("description", description)
                 self.parsers[name] = self._subcommand_parser(trainer_class, name, **kwargs)
