@@ -116,6 +116,10 @@ def test_a_cli_module_saves_its_config_and_loads_back_through_it() -> None:
     # test --ckpt_path builds the model the checkpoint was trained as, without --model.hidden
     tested = CLI(Injected, Data, args=["test", "--ckpt_path", str(checkpoint), *QUIET])
     assert tested.model.net[0].out_features == 5
+    # ... and what the command line says still wins over the checkpoint's values (Lightning's would replace it)
+    args = ["test", "--ckpt_path", str(checkpoint), "--model.activation", "torch.nn.Tanh", *QUIET]
+    flagged = CLI(Injected, Data, args=args)
+    assert isinstance(flagged.model.activation, torch.nn.Tanh) and flagged.model.net[0].out_features == 5
 
 
 def test_a_checkpoint_naming_another_instantiator_is_refused(tmp_path: Path) -> None:

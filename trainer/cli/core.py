@@ -91,7 +91,7 @@ class CLI:
         self.setup_parser(with_subcommands, *self._split_parser_kwargs())
         self.parse_arguments(self.parser, args)
         self.subcommand: str | None = self.config["subcommand"] if with_subcommands else None
-        self._parse_ckpt_path()
+        self._parse_ckpt_path(args)
         self.ckpt_path: str | None = self._subconfig(self.config).get("ckpt_path")
         self._check_ckpt_path()
         self._set_seed()
@@ -192,9 +192,10 @@ class CLI:
         else:
             self.config = parser.parse_args(args)
 
-    def _parse_ckpt_path(self) -> None:
-        """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters, applied over
-        the parsed config, so ``test --ckpt_path x.ckpt`` builds the model the checkpoint was trained as."""
+    def _parse_ckpt_path(self, args: list[str] | dict[str, Any] | Namespace | None) -> None:
+        """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters, so ``test
+        --ckpt_path x.ckpt`` builds the model the checkpoint was trained as. Unlike Lightning, the command line
+        (flags and ``--config`` files) still wins over them: what a user writes is never silently replaced."""
         if self.subcommand is None:
             return
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
@@ -202,10 +203,14 @@ class CLI:
         if model is None:
             return
         try:
-            self.config = self.parser.parse_object({self.subcommand: {"model": model}}, self.config)
+            under = self.parser.parse_object({self.subcommand: {"model": model}}, self.config)
         except SystemExit:
             sys.stderr.write(f"Parsing of ckpt_path hyperparameters failed! ({ckpt_path})\n")
             raise
+        if isinstance(args, dict | Namespace):
+            self.config = self.parser.parse_object(args, under)
+        else:
+            self.config = self.parser.parse_args(sys.argv[1:] if args is None else args, namespace=under)
 
     def _subcommand_parser(self, trainer_class: type, name: str, **kwargs: Any) -> ArgumentParser:
         kwargs.setdefault("usage", usage(with_ckpt_path=True))
