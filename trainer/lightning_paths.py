@@ -3,8 +3,9 @@
 files port unchanged, as its Python does by its import lines.
 
 steadytrain's packages mirror Lightning's (``callbacks``, ``loggers``, ``strategies``, ``profilers``, ``cli``, ...):
-``lightning.pytorch.a.b.Name`` is ``Name`` in the nearest of ``trainer.a.b``, ``trainer.a``, ``trainer`` that has
-it; a path none has is left as written, for jsonargparse to name.
+``lightning.pytorch.a.b.Name`` (or ``lightning.fabric.a.b.Name``: Fabric's cluster environments and plug-ins) is
+``Name`` in the nearest of ``trainer.a.b``, ``trainer.a``, ``trainer`` that has it; a path none has is left as
+written, for jsonargparse to name.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ RENAMED = {
     "LightningCLI": "CLI",
     "LightningArgumentParser": "ArgumentParser",
 }
-_PATH = re.compile(r"\b(?:lightning\.pytorch|lightning\.fabric|pytorch_lightning|lightning_fabric)((?:\.[a-z_]\w*)*)\.([A-Z]\w*)\b")
+_PACKAGES = r"(?:lightning\.pytorch|lightning\.fabric|pytorch_lightning|lightning_fabric)"
+_PATH = re.compile(rf"\b{_PACKAGES}((?:\.[a-z_]\w*)*)\.([A-Z]\w*)\b")
 
 
 def ported_class_path(match: re.Match[str]) -> str:
