@@ -37,6 +37,7 @@ def given_hyperparameters(hparams: Mapping[str, Any], instantiator: str) -> Iter
     finally:
         _given.reset(token)
 
+
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
 
