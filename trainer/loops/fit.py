@@ -68,6 +68,7 @@ class FitLoop:
         self.is_last_batch = False  # the batch being trained is the epoch's last
         self.after_batch_due = False  # a batch stepped; its after-batch work (validation, plateau schedulers) is due
         self.warned_none_batch = False  # the loader yielded None this fit (training_batch.batch_runner)
+        self.window_grads_restored = False  # the checkpoint's open accumulation window put its gradients back
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
@@ -94,9 +95,7 @@ class FitLoop:
             hooks.call(trainer, "on_fit_start")
             log_hyperparams(trainer, module, datamodule)  # Lightning's place: after on_fit_start
             self._restore_optimizers()
-            if not (
-                self.resumed and self.step is not None and self.step.window.is_open_after(self.progress.batches_done)
-            ):
+            if not self.window_grads_restored:
                 module.zero_grad()  # Lightning's, as each stage starts; a window a checkpoint left open keeps its own
             if not self.resumed:
                 self.validation.sanity_check()  # requests the validation loaders
@@ -127,6 +126,7 @@ class FitLoop:
         self.stop = StopSignal(self.trainer)
         self.resumed = False
         self.warned_none_batch = False
+        self.window_grads_restored = False
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
@@ -183,6 +183,9 @@ class FitLoop:
                 self.data.requested()
         if self.data.place():  # the resumed epoch's data changed: it trains again from its first batch
             self.progress.restart_epoch()
+            if self.window_grads_restored:  # and its open window with it
+                self.trainer.lightning_module.zero_grad()
+                self.window_grads_restored = False
         warn_logging_gap(self.trainer, self.num_training_batches)
 
     def _restore_optimizers(self) -> None:
@@ -380,7 +383,7 @@ class FitLoop:
         return rank_state(self.trainer, self.data, self.step, self.progress)
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
-        load_rank_state(self.trainer, self.data, self.progress, ranks, saved_world_size)
+        self.window_grads_restored = load_rank_state(self.trainer, self.data, self.progress, ranks, saved_world_size)
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps; graphs go."""
