@@ -46,14 +46,11 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "What differs: A pass's DataLoader workers end with the pass",
     ),
     r"models\.test_hooks::test_trainer_model_hook_system_fit": (
-        "fit asks for train_dataloader()/val_dataloader() as it sets up (before configure_optimizers), so a bad "
-        "loader fails before any hook works and estimated_stepping_batches is known in configure_optimizers",
-        "What differs: `fit` asks for its loaders as it sets up",
-    ),
-    r"connectors\.test_data_connector::test_dataloader_persistent_workers_performance_warning\[[12]\]": (
-        "the loaders are checked as fit sets up, so the advice to set persistent_workers=True comes before "
-        "on_fit_start, where the test starts listening for it",
-        "What differs: `fit` asks for its loaders as it sets up",
+        "the hooks and loader requests come in Lightning's order, but the checkpoint dict that on_save_checkpoint and "
+        "on_load_checkpoint get, which the test compares whole, is steadytrain's: it also holds what an exact resume "
+        "needs (each rank's random state, the data position, the format and versions) and no "
+        "pytorch-lightning_version",
+        "What differs: Exact resume, and signals",
     ),
     r"connectors\.test_data_connector::test_replace_distributed_sampler\[": (
         "an evaluation loader is split across ranks by steadytrain's unpadded sampler (a custom batch sampler's whole "
@@ -170,8 +167,9 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "What differs: steps take a batch, not `dataloader_iter`",
     ),
     r"test_dataloaders::test_fit_multiple_train_loaders\[sequential-": (
-        "a training CombinedLoader(mode='sequential') is refused once fit has its loaders, before on_fit_start, so "
-        "trainer.num_training_batches is not counted yet (Lightning counts first and raises at the first epoch)",
+        "a training CombinedLoader(mode='sequential') is refused as fit asks for its training loader (after the "
+        "sanity check, before on_train_start), so trainer.num_training_batches is not counted yet (Lightning counts "
+        "first and raises at the first epoch)",
         "What differs: mistakes in the training loaders fail before training starts",
     ),
     r"models\.test_hparams::test_collect_init_arguments\[AggSubClassBoringModel\]$": (

@@ -141,3 +141,30 @@ def test_resume_cost_does_not_grow_with_batches_done(tmp_path: Path) -> None:
             ckpt_path=tmp_path / "full" / "ckpts" / f"step{step}.ckpt",
         )
         assert len(loads) == 56 - 8 * step
+
+
+class SaveInsideWindow(trainer.Callback):
+    """A checkpoint after 3 batches of epoch 0: with accumulate_grad_batches=2 its window has gradients, no step."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, fit: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if fit.current_epoch == 0 and batch_idx == 2:
+            fit.save_checkpoint(self.path)
+
+
+def test_resume_inside_an_accumulation_window_keeps_its_gradients(tmp_path: Path) -> None:
+    """The window's gradients come back from the checkpoint and the resumed run adds to them: no zero_grad as the
+    resumed fit starts (the step's window is not read yet then)."""
+
+    def fit(ckpt: Path | None, callbacks: list[trainer.Callback]) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        module = ScheduledRegressor(dropout=0.2, lr=0.01)
+        run = quiet(tmp_path, max_epochs=2, accumulate_grad_batches=2, callbacks=callbacks)
+        run.fit(module, loader(regression_data(n=56), batch_size=8, shuffle=True), ckpt_path=ckpt)
+        return params(module)
+
+    final = fit(None, [SaveInsideWindow(tmp_path / "inside.ckpt")])
+    assert torch.load(tmp_path / "inside.ckpt", weights_only=False)["ranks"][0]["grads"] is not None
+    assert_bitwise_equal(fit(tmp_path / "inside.ckpt", []), final)

@@ -29,7 +29,7 @@ from trainer.data.resume import capture_epoch_rng, restore_epoch_rng, skip_batch
 from trainer.data.sample_seeds import seed_samples
 from trainer.data.sharding import prepare_train_loader
 from trainer.exceptions import MisconfigurationException
-from trainer.seed import isolate_rng, rng_state, set_rng_state
+from trainer.seed import rng_state, set_rng_state
 from trainer.signals import start_iterator
 from trainer.user_warnings import PossibleUserWarning
 
@@ -77,10 +77,10 @@ class TrainSource:
         self.resumed_data_ended = False  # the checkpoint was saved after its epoch's loader ran out
 
     # ---- set-up --------------------------------------------------------------------------------------
-    def setup(self, module: Any, train: Any, val: Any, datamodule: Any, sanity_check: bool) -> list[Any] | None:
-        """Request the training loader (checked before any work); it is placed by :meth:`place`. Before a sanity
-        check, validation's come first (returned, for the check), with their random draws undone and
-        ``trainer.sanity_checking`` true while they are asked for (Lightning's order)."""
+    def setup(self, module: Any, train: Any, val: Any, datamodule: Any) -> None:
+        """Where the loaders come from, checked; none is requested yet. Lightning's order: validation's by the
+        sanity check, the training loader after it (:meth:`place`), or earlier where something needs it
+        (:meth:`requested`, e.g. ``estimated_stepping_batches`` in ``configure_optimizers``)."""
         trainer = self.trainer
         self.source = LoaderSource(
             trainer.strategy,
@@ -101,12 +101,13 @@ class TrainSource:
                 "drawn from the default generator as a RandomSampler draws it; seed_everything() decides it.",
                 stacklevel=5,
             )
-        early = None
-        if sanity_check and self.source.defines_val and trainer.limits["validation"] != 0:
-            with isolate_rng(), trainer.state.running("sanity_check"):
-                early = self.source.request_val()
-        self._pending = self.raw_train = self._request()
-        return early
+
+    def requested(self) -> Any:
+        """The training loader as given, requested now if it was not yet (once: :meth:`place` places this one,
+        as Lightning's ``fit_loop.setup_data()`` on demand keeps what it loaded)."""
+        if self.raw_train is None:
+            self._pending = self.raw_train = self._request()
+        return self.raw_train
 
     def draw_data_seed(self) -> None:
         """The seed per-sample draws derive from, the same on every rank."""
@@ -115,7 +116,10 @@ class TrainSource:
     def place(self) -> bool:
         """Shard, seed and position the requested training loader. True when a resumed epoch's data changed and it
         restarts from its first batch (``on_data_change``)."""
-        assert self._pending is not None
+        if self._pending is None:
+            if self.loader is not None:  # placed already (a batch-size search placed its loaders)
+                return False
+            self.requested()
         train_loader, self._pending = self._pending, None
         return self._prepare_data(train_loader)
 
@@ -178,13 +182,13 @@ class TrainSource:
         """This rank's batches per epoch, known from the request on (before the loaders are placed)."""
         if self.loader is not None:
             return self.num_batches
-        if self.raw_train is None:
+        if self.source is None:
             raise RuntimeError(
                 "estimated_stepping_batches needs the training loader: read it in configure_optimizers() or later "
                 "during fit()."
             )
         with torch.random.fork_rng(devices=[]):  # sharding draws a seed; this count must not
-            return num_batches(as_batches(self._sharded(self.raw_train)), self.trainer.limits["train"])
+            return num_batches(as_batches(self._sharded(self.requested())), self.trainer.limits["train"])
 
     def _request(self) -> Any:
         assert self.source is not None

@@ -68,6 +68,7 @@ class FitLoop:
         self.is_last_batch = False  # the batch being trained is the epoch's last
         self.after_batch_due = False  # a batch stepped; its after-batch work (validation, plateau schedulers) is due
         self.warned_none_batch = False  # the loader yielded None this fit (training_batch.batch_runner)
+        self.window_grads_restored = False  # the checkpoint's open accumulation window put its gradients back
 
     @property
     def train_dataloader(self) -> Iterable[Any] | None:
@@ -92,13 +93,14 @@ class FitLoop:
         with running(trainer, module, "fit", datamodule):
             self._setup(module, train, val, datamodule, ckpt_path)
             hooks.call(trainer, "on_fit_start")
+            log_hyperparams(trainer, module, datamodule)  # Lightning's place: after on_fit_start
             self._restore_optimizers()
-            if not (
-                self.resumed and self.step is not None and self.step.window.is_open_after(self.progress.batches_done)
-            ):
+            if not self.window_grads_restored:
                 module.zero_grad()  # Lightning's, as each stage starts; a window a checkpoint left open keeps its own
             if not self.resumed:
-                self.validation.sanity_check()
+                self.validation.sanity_check()  # requests the validation loaders
+            self._place_train_data()
+            if not self.resumed:
                 self.data.start_first_epoch()
             self.validation.before_training()
             warn_eval_modules(module)
@@ -124,6 +126,7 @@ class FitLoop:
         self.stop = StopSignal(self.trainer)
         self.resumed = False
         self.warned_none_batch = False
+        self.window_grads_restored = False
 
     def _setup(self, module: Module, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> None:
         from trainer.checkpoint.elastic import fit_checkpoint_path
@@ -138,10 +141,9 @@ class FitLoop:
         module.configure_model()
         drop_unpicklable(module)  # Lightning's: what pickle cannot write leaves hparams, with a warning
         path = fit_checkpoint_path(trainer, ckpt_path)  # after an elastic restart: this run's newest
-        sanity = path is None and trainer.num_sanity_val_steps != 0
-        early_val = self.data.setup(module, train, val, datamodule, sanity_check=sanity)
+        self.data.setup(module, train, val, datamodule)
         assert self.data.source is not None
-        self.validation.setup(self.data.source.request_val, self.data.source.defines_val, early_val)
+        self.validation.setup(self.data.source.request_val, self.data.source.defines_val)
         check_output_folders(trainer)
         restore = open_checkpoint(trainer, path, fitting=True) if path is not None else None
         on_meta = strategy.loads_weights_after_setup(module)  # built on the meta device: no memory before setup
@@ -166,19 +168,25 @@ class FitLoop:
             restore.load(Phase.LOOP)
             self._restore = restore  # optimizer states: after on_fit_start
             self.resumed = True
-            self._request_resumed_loaders()
+
+    def _place_train_data(self) -> None:
+        """The training loader, requested where Lightning requests it (after the sanity check, before
+        ``on_train_start``; once: one requested earlier, e.g. for ``estimated_stepping_batches``, is kept) and
+        placed. A resumed run requests the loaders its epoch ran on as they were requested then, the hooks seeing
+        that epoch as ``current_epoch``: epoch 0's, or those an earlier epoch's start requested (again from the
+        RNG they started from)."""
+        first = self.data.epoch_of_resumed_loaders() if self.resumed else None
+        with self.progress.showing_epoch(first or 0):
+            if first is not None:
+                self.data.request_loaders_of(first)
+            else:
+                self.data.requested()
         if self.data.place():  # the resumed epoch's data changed: it trains again from its first batch
             self.progress.restart_epoch()
-        warn_logging_gap(trainer, self.num_training_batches)
-        log_hyperparams(trainer, module, datamodule)
-
-    def _request_resumed_loaders(self) -> None:
-        """The loaders the resumed epoch ran on, where an earlier epoch's start requested them: requested again
-        as then, the hooks seeing that epoch as ``current_epoch``."""
-        first = self.data.epoch_of_resumed_loaders()
-        if first is not None:
-            with self.progress.showing_epoch(first):
-                self.data.request_loaders_of(first)
+            if self.window_grads_restored:  # and its open window with it
+                self.trainer.lightning_module.zero_grad()
+                self.window_grads_restored = False
+        warn_logging_gap(self.trainer, self.num_training_batches)
 
     def _restore_optimizers(self) -> None:
         """Lightning's order: callbacks' ``on_fit_start`` first, so they can rebuild what the saved states
@@ -375,7 +383,7 @@ class FitLoop:
         return rank_state(self.trainer, self.data, self.step, self.progress)
 
     def load_rank_state(self, ranks: list[dict[str, Any]], saved_world_size: int, path: Path) -> None:
-        load_rank_state(self.trainer, self.data, self.progress, ranks, saved_world_size)
+        self.window_grads_restored = load_rank_state(self.trainer, self.data, self.progress, ranks, saved_world_size)
 
     def release(self) -> None:
         """After the run: the graph head kept between steps is only worth keeping between steps; graphs go."""

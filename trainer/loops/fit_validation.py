@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 class FitValidation:
     """The fit's validation loop, its loaders and its schedule, over the fit loop's ``progress``.
 
-    Its loaders are requested where Lightning requests them: for the sanity check (before the training loader, with
-    ``trainer.sanity_checking`` true while ``val_dataloader()`` runs), before ``on_train_start`` when the first epoch
-    validates, else at the first validation; then again at a validation ``reload_dataloaders_every_n_epochs`` epochs
-    after the last request.
+    Its loaders are requested where Lightning requests them: by the sanity check (after ``on_sanity_check_start``,
+    with ``trainer.sanity_checking`` true while ``val_dataloader()`` runs), before ``on_train_start`` when the first
+    epoch validates, else at the first validation; then again at a validation ``reload_dataloaders_every_n_epochs``
+    epochs after the last request.
     """
 
     def __init__(self, trainer: TrainerView, progress: Progress, can_stop: Callable[[], bool]) -> None:
@@ -40,15 +40,10 @@ class FitValidation:
         self.loaded_epoch = -math.inf  # the epoch of the last request that counts for reloads
         self.last_time = time.monotonic()  # a time-based val_check_interval counts from the last validation
 
-    def setup(self, request: Callable[[], list[Any]], defined: bool, early: list[Any] | None = None) -> None:
-        """Where the loaders come from; ``early``: those asked for before the sanity check (its loaders)."""
+    def setup(self, request: Callable[[], list[Any]], defined: bool) -> None:
+        """Where the loaders come from; they are requested later (:meth:`sanity_check`, :meth:`load`)."""
         self.request, self.loaded, self.loaded_epoch = request, False, -math.inf
         self.defined = defined and self.trainer.limits["validation"] != 0
-        if early is not None:
-            self.loop.setup(early, self.trainer.limits["validation"])
-            self.loaded = True
-            if self.validates_epoch(self.progress.epoch):  # Lightning: the check's request counts only then
-                self.loaded_epoch = self.progress.epoch
 
     def use_train_batches(self, num_training_batches: int | float) -> None:
         """How often validation runs in epochs of this many training batches."""
@@ -122,20 +117,31 @@ class FitValidation:
         self.last_time = time.monotonic()
 
     def sanity_check(self) -> None:
-        """A few validation batches first, so a bug there shows before hours of training."""
+        """A few validation batches first, so a bug there shows before hours of training. Its loaders are requested
+        here, after ``on_sanity_check_start`` with ``trainer.sanity_checking`` true (Lightning's order)."""
         trainer = self.trainer
         steps = trainer.num_sanity_val_steps
         if steps == 0 or not self.defined:
             return
         with isolate_rng():  # Lightning isolates the sanity check's draws (and only those) from training's
             with trainer.state.running("sanity_check"):
-                if not sum(self.loop.num_batches):  # its loaders came first (TrainSource.setup)
-                    return
                 hooks.call_callbacks(trainer, "on_sanity_check_start")
-                before = trainer.metric_log.state_dict()  # its hooks read its values; then they are gone (Lightning's)
-                self.loop.run(max_batches=None if math.isinf(steps) else int(steps), write=False)
-                trainer.metric_log.load_state_dict(before)
+                self._load_for_sanity_check()
+                if sum(self.loop.num_batches):
+                    before = trainer.metric_log.state_dict()  # its hooks read its values; then they are gone
+                    self.loop.run(max_batches=None if math.isinf(steps) else int(steps), write=False)
+                    trainer.metric_log.load_state_dict(before)
             hooks.call_callbacks(trainer, "on_sanity_check_end")
+
+    def _load_for_sanity_check(self) -> None:
+        """The check's loaders (unless a search loaded them already); Lightning counts this request for
+        ``reload_dataloaders_every_n_epochs`` only when the first epoch validates."""
+        if self.loaded:
+            return
+        self.loop.setup(self.request(), self.trainer.limits["validation"])
+        self.loaded = True
+        if self.validates_epoch(self.progress.epoch):
+            self.loaded_epoch = self.progress.epoch
 
 
 def val_check_batch(interval: int | float, num_batches: int | float, every_n_epochs: int | None) -> int | float:

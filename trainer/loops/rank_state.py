@@ -24,8 +24,8 @@ def rank_state(
 
 def load_rank_state(
     trainer: TrainerView, data: TrainSource, progress: Progress, ranks: list[dict[str, Any]], saved_world_size: int
-) -> None:
-    """This rank's RNG, the epoch's RNG and an open accumulation window's gradients.
+) -> bool:
+    """This rank's RNG, the epoch's RNG and an open accumulation window's gradients (True: there were some).
 
     On another number of ranks: the epoch's RNG is the first old rank's (it ordered the old
     layout, rebuilt for the rest of the epoch), each rank continues an old rank's RNG, and an open
@@ -40,4 +40,4 @@ def load_rank_state(
             "and position are exact; each rank's random stream continues an old rank's.",
             stacklevel=4,
         )
-    restore_window_grads(trainer, ranks, mine, same)
+    return restore_window_grads(trainer, ranks, mine, same)

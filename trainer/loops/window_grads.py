@@ -17,13 +17,15 @@ def open_window_grads(trainer: TrainerView) -> list[torch.Tensor | None]:
     return [None if p.grad is None else p.grad.detach().cpu() for p in trainer.lightning_module.parameters()]
 
 
-def restore_window_grads(trainer: TrainerView, ranks: list[dict[str, Any]], mine: dict[str, Any], same: bool) -> None:
+def restore_window_grads(trainer: TrainerView, ranks: list[dict[str, Any]], mine: dict[str, Any], same: bool) -> bool:
+    """Put the open window's gradients back; True when the checkpoint had them (the fit must not zero them)."""
     grads = mine["grads"] if same else _mean_grads([r["grads"] for r in ranks])
     if grads is None:
-        return
+        return False
     device = trainer.strategy.root_device
     for param, grad in zip(trainer.lightning_module.parameters(), grads):
         param.grad = None if grad is None else grad.to(device)
+    return True
 
 
 def _mean_grads(per_rank: list[list[torch.Tensor | None] | None]) -> list[torch.Tensor | None] | None:

@@ -58,7 +58,7 @@ def lr_find(
     with kept(trainer, module):
         runner = trial_trainer(trainer, [recorder], {"validation": 0}, max_steps=num_training)
         with _rising_lr(module, finder):
-            run_trial(runner, "fit", module, train=trainer.fit_loop.data.raw_train)
+            run_trial(runner, "fit", module, train=trainer.fit_loop.data.requested())
         steps = runner.global_step
     if steps != num_training:
         log.info(f"LR finder stopped early after {steps} steps due to diverging loss.")

@@ -34,7 +34,7 @@ def running_method(trainer: TrainerView, what: str) -> str:
 def stage_loaders(trainer: TrainerView, method: str) -> list[Any]:
     """The loaders the stage requested: fit's training loader as it was given, or the evaluation loaders."""
     if method == "fit":
-        return [trainer.fit_loop.data.raw_train]
+        return [trainer.fit_loop.data.requested()]  # requested now if not yet, and kept for the fit
     return list(getattr(trainer, EVAL_LOOPS[method]).loaders)
 
 
