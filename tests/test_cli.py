@@ -204,7 +204,7 @@ def test_constructor_takes_lightning_cli_arguments_in_order() -> None:
     assert names == [
         *("model_class", "datamodule_class", "save_config_callback", "save_config_kwargs", "trainer_class"),
         *("trainer_defaults", "seed_everything_default", "parser_kwargs", "parser_class", "subclass_mode_model"),
-        *("subclass_mode_data", "args", "run", "auto_configure_optimizers"),
+        *("subclass_mode_data", "args", "run", "auto_configure_optimizers", "load_from_checkpoint_support"),
     ]
 
 

@@ -174,3 +174,10 @@ def test_a_failed_spawned_rank_is_torchs_process_raised_exception() -> None:
 
     error = RankFailedError("rank 1 failed: boom", 1, 4242)
     assert isinstance(error, ProcessRaisedException) and error.error_index == 1 and "boom" in str(error)
+
+
+def test_without_load_from_checkpoint_support_a_module_saves_its_own_init_args() -> None:
+    args = ["--model.hidden", "3", "--trainer.enable_progress_bar", "false"]
+    cli = CLI(Injected, Data, args=args, run=False, load_from_checkpoint_support=False)
+    assert "_instantiator" not in cli.model.hparams and isinstance(cli.model.hparams["activation"], torch.nn.LeakyReLU)
+    assert "_instantiator" in CLI(Injected, Data, args=args, run=False).model.hparams

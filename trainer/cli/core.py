@@ -68,6 +68,7 @@ class CLI:
         args: list[str] | dict[str, Any] | Namespace | None = None,
         run: bool = True,
         auto_configure_optimizers: bool = True,
+        load_from_checkpoint_support: bool = True,
         *,
         subclass_mode: bool = False,
     ) -> None:
@@ -80,6 +81,7 @@ class CLI:
         self.parser_kwargs = dict(parser_kwargs or {})
         self.parser_class = parser_class
         self.auto_configure_optimizers = auto_configure_optimizers
+        self.load_from_checkpoint_support = load_from_checkpoint_support  # False: modules save their own init args
         self.model_class = model_class
         self.datamodule_class = datamodule_class
         self.subclass_mode_model = model_class is None or subclass_mode_model or subclass_mode
@@ -260,7 +262,8 @@ class CLI:
 
     def instantiate_classes(self) -> None:
         """``self.config_init`` (the built config), ``self.datamodule``, ``self.model`` and ``self.trainer``."""
-        self._add_instantiators()
+        if self.load_from_checkpoint_support:
+            self._add_instantiators()
         try:
             self.config_init = self.parser.instantiate(self.config)
         except (ValueError, TypeError) as err:
@@ -327,32 +330,9 @@ class CLI:
 
     def _add_configure_optimizers_method_to_model(self) -> None:
         """With ``--optimizer`` given (an AUTOMATIC group), the model's optimizers come from it."""
-        if not self.auto_configure_optimizers:
-            return
-        parser = self._parser(self.subcommand)
-        optimizer_keys = optimizers.automatic_keys(parser.optimizers, optimizers.Optimizer)
-        scheduler_keys = optimizers.automatic_keys(parser.lr_schedulers, optimizers.LRSchedulerTypeTuple)
-        if len(optimizer_keys) > 1 or len(scheduler_keys) > 1:
-            automatic = optimizer_keys + scheduler_keys
-            raise MisconfigurationException(
-                f"at most one optimizer and one LR scheduler group can be AUTOMATIC; got {automatic}: give the "
-                "others a link_to and write configure_optimizers yourself."
-            )
-        if not optimizer_keys:
-            return
-        optimizer_init = self._group_init(parser.optimizers, optimizer_keys[0])
-        if optimizer_init is None:  # no --optimizer: the model's configure_optimizers stays
-            return
-        scheduler_init = self._group_init(parser.lr_schedulers, scheduler_keys[0]) if scheduler_keys else None
-        try:
-            optimizers.replace_configure_optimizers(
-                self.model, optimizer_init, scheduler_init, self.configure_optimizers, type(self).__name__
-            )
-        except (ValueError, TypeError) as err:
-            parser.usage_error("could not build --optimizer/--lr_scheduler", err)
-
-    def _group_init(self, groups: dict[str, Any], key: str) -> dict[str, Any] | None:
-        return optimizers.with_class_path(groups[key][0], self._get(self.config_init, key))
+        if self.auto_configure_optimizers:
+            parser = self._parser(self.subcommand)
+            optimizers.add_configure_optimizers(self, parser, self._subconfig(self.config_init))
 
     # ---- running ---------------------------------------------------------------------------
     def run(self) -> Any:

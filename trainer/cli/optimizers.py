@@ -19,6 +19,7 @@ from jsonargparse import Namespace
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from trainer.exceptions import MisconfigurationException
 from trainer.module import Module
 
 AUTOMATIC = "AUTOMATIC"
@@ -103,3 +104,29 @@ def replace_configure_optimizers(
 
 def _as_dict(value: Any) -> dict[str, Any]:
     return value.as_dict() if isinstance(value, Namespace) else dict(value)
+
+
+def add_configure_optimizers(cli: Any, parser: Any, built: Any) -> None:
+    """Make ``cli.model.configure_optimizers`` return what ``--optimizer``/``--lr_scheduler`` (the AUTOMATIC groups)
+    build, through ``cli.configure_optimizers``; nothing when no ``--optimizer`` was given."""
+    optimizer_keys = automatic_keys(parser.optimizers, Optimizer)
+    scheduler_keys = automatic_keys(parser.lr_schedulers, LRSchedulerTypeTuple)
+    if len(optimizer_keys) > 1 or len(scheduler_keys) > 1:
+        raise MisconfigurationException(
+            f"at most one optimizer and one LR scheduler group can be AUTOMATIC; got {optimizer_keys + scheduler_keys}:"
+            " give the others a link_to and write configure_optimizers yourself."
+        )
+    if not optimizer_keys:
+        return
+    optimizer_init = with_class_path(parser.optimizers[optimizer_keys[0]][0], built.get(optimizer_keys[0]))
+    if optimizer_init is None:  # no --optimizer: the model's configure_optimizers stays
+        return
+    scheduler_init = None
+    if scheduler_keys:
+        scheduler_init = with_class_path(parser.lr_schedulers[scheduler_keys[0]][0], built.get(scheduler_keys[0]))
+    try:
+        replace_configure_optimizers(
+            cli.model, optimizer_init, scheduler_init, cli.configure_optimizers, type(cli).__name__
+        )
+    except (ValueError, TypeError) as err:
+        parser.usage_error("could not build --optimizer/--lr_scheduler", err)
