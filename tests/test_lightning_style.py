@@ -182,7 +182,9 @@ def check_fast_dev_run(out: str, cwd: Path, world: int) -> None:
 
 
 def check_lightning_cli(out: str, cwd: Path, world: int) -> None:
-    assert "hparams={'out_dim': 10, 'hidden_dim': 16}" in out
+    # the config's values, and LightningCLI's record of what rebuilds the module from a checkpoint
+    instantiator = "'_instantiator': 'lightning.pytorch.cli.instantiate_module'"
+    assert "hparams={'out_dim': 10, 'hidden_dim': 16, " + instantiator + "}" in out
     assert "optimizer=Adam lr=0.001250" in out  # lr 0.01 halved by StepLR after each of 3 epochs
     assert "scheduler=StepLR epochs=3" in out
     saved = yaml.safe_load((cwd / value(out, "log_dir") / "config.yaml").read_text())
