@@ -18,6 +18,11 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "header names steadytrain's version; Lightning's class paths are read as ours, not written back",
         "What differs: The CLI",
     ),
+    r"test_cli::test_lightning_cli_ckpt_path_argument_hparams_subclass_mode$": (
+        "a --ckpt_path checkpoint's hyper-parameters apply under the command line, so the --model class given there "
+        "is built (Lightning replaces it with the checkpoint's subclass, and any flag with the checkpoint's value)",
+        "What differs: The CLI",
+    ),
     r"test_cli::test_cli_configure_optimizers_warning$": (
         "the CLI class is steadytrain's CLI (imported as LightningCLI): its warning names `CLI.configure_optimizers`",
         "What differs: The CLI",
