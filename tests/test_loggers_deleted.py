@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,23 @@ def test_csv_logger_recreates_deleted_run_folder(tmp_path: Path) -> None:
     logger.finalize("success")
 
 
+def _delete_from_outside(folder: str) -> None:
+    """``rm -rf`` the run folder, again if a file appeared in it meanwhile (the SummaryWriter's own thread may
+    still be writing: on a loaded machine a single rmtree can meet a folder that is no longer empty)."""
+    for _ in range(100):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.exists(folder):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{folder} could not be deleted")
+
+
 def test_tensorboard_logger_recreates_deleted_event_file(tmp_path: Path) -> None:
     logger = TensorBoardLogger(str(tmp_path), name="run")
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.log_metrics({"loss": 0.9}, step=1)
     logger.flush()
-    shutil.rmtree(logger.log_dir)
+    _delete_from_outside(logger.log_dir)
     with pytest.warns(UserWarning, match=r"was deleted while this run logged.*new event file"):
         logger.log_metrics({"loss": 0.5}, step=2)
         logger.log_metrics({"loss": 0.4}, step=3)
