@@ -51,11 +51,8 @@ def abandon() -> None:
     for tmp, target in list(_UNDER_WAY.items()):
         with contextlib.suppress(OSError):
             _remove(tmp)
-        marker = claim_marker(target)
         with contextlib.suppress(OSError):
-            if _unfilled(target, marker):
-                target.unlink()
-            marker.unlink()
+            _drop_claim(target, claim_marker(target))
 
 
 _UNDER_WAY: dict[Path, Path] = {}  # a save's temporary -> its target
@@ -154,11 +151,20 @@ def clean(folder: str | os.PathLike[str], max_age_s: float = MAX_AGE_S) -> list[
                 _remove(left.path)
                 removed.append(left.path)
                 continue
-            if _unfilled(left.path, left.marker):
-                left.path.unlink()
+            if _drop_claim(left.path, left.marker):
                 removed.append(left.path)
-            left.marker.unlink()
     return removed
+
+
+def _drop_claim(target: Path, marker: Path) -> bool:
+    """Remove a claim: its placeholder while still unfilled (True then: removed), and its marker (best effort).
+    An OSError removing the placeholder passes through, the marker left with it."""
+    unfilled = _unfilled(target, marker)
+    if unfilled:
+        target.unlink()
+    with contextlib.suppress(OSError):
+        marker.unlink()
+    return unfilled
 
 
 def _remove(path: Path) -> None:

@@ -189,10 +189,7 @@ class CLI:
                 UserWarning,
                 stacklevel=3,
             )
-        if isinstance(args, dict | Namespace):
-            self.config = parser.parse_object(args)
-        else:
-            self.config = parser.parse_args(args)
+        self.config = _parsed(parser, args)
 
     def _parse_ckpt_path(self, args: list[str] | dict[str, Any] | Namespace | None) -> None:
         """Lightning's rule: a subcommand's ``--ckpt_path`` file gives the model's hyper-parameters, so ``test
@@ -209,10 +206,7 @@ class CLI:
         except SystemExit:
             sys.stderr.write(f"Parsing of ckpt_path hyperparameters failed! ({ckpt_path})\n")
             raise
-        if isinstance(args, dict | Namespace):
-            self.config = self.parser.parse_object(args, under)
-        else:
-            self.config = self.parser.parse_args(sys.argv[1:] if args is None else args, namespace=under)
+        self.config = _parsed(self.parser, args, under)
 
     def _subcommand_parser(self, trainer_class: type, name: str, **kwargs: Any) -> ArgumentParser:
         kwargs.setdefault("usage", usage(with_ckpt_path=True))
@@ -371,6 +365,16 @@ class CLI:
             self._parser(self.subcommand).error(
                 f'--ckpt_path {self.ckpt_path}: no such file (give a checkpoint file or "last").'
             )
+
+
+def _parsed(
+    parser: ArgumentParser, args: list[str] | dict[str, Any] | Namespace | None, base: Namespace | None = None
+) -> Namespace:
+    """``args`` parsed over ``base`` (the defaults when None): command-line style (``sys.argv`` when None), or a
+    dict/Namespace config."""
+    if isinstance(args, dict | Namespace):
+        return parser.parse_object(args, base)
+    return parser.parse_args(args, namespace=base)
 
 
 def _as_list(callbacks: Callback | Iterable[Callback] | None) -> list[Callback]:
